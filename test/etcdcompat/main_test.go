@@ -1,0 +1,363 @@
+package etcdcompat
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Environment variables understood by the harness.
+const (
+	// envCandidate selects the server under test: "fdb-etcd" (default) builds
+	// and runs ../../cmd/fdb-etcd; "etcd" runs a second embedded etcd, which
+	// is useful to self-test the harness (every test must then pass).
+	envCandidate = "ETCDCOMPAT_CANDIDATE"
+	// envBinary names a prebuilt fdb-etcd binary; when set, nothing is built.
+	envBinary = "ETCDCOMPAT_BINARY"
+	// envExtraArgs holds extra whitespace-separated arguments for fdb-etcd.
+	envExtraArgs = "ETCDCOMPAT_FDB_ARGS"
+)
+
+var (
+	flagSeed = flag.Int64("seed", 0, "run the randomised KV sequences with only this seed (0: the fixed default seeds)")
+	flagOps  = flag.Int("ops", 0, "operations per randomised sequence (0: default)")
+)
+
+// Set up by TestMain.
+var (
+	candidateKind string // "etcd" or "fdb-etcd"
+	fdbBinary     string // path of the fdb-etcd binary when candidateKind == "fdb-etcd"
+	fdbBuildErr   error  // why the binary is unavailable
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := func() int {
+		candidateKind = os.Getenv(envCandidate)
+		switch candidateKind {
+		case "", "fdb-etcd", "fdbetcd":
+			candidateKind = "fdb-etcd"
+		case "etcd":
+		default:
+			fmt.Fprintf(os.Stderr, "etcdcompat: unknown %s=%q (want \"etcd\" or \"fdb-etcd\")\n", envCandidate, candidateKind)
+			return 2
+		}
+		tmp, err := os.MkdirTemp("", "etcdcompat-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "etcdcompat:", err)
+			return 2
+		}
+		defer os.RemoveAll(tmp)
+		if candidateKind == "fdb-etcd" {
+			fdbBinary, fdbBuildErr = buildFDBEtcd(tmp)
+			if fdbBuildErr != nil {
+				fmt.Fprintf(os.Stderr, "etcdcompat: fdb-etcd binary unavailable, every test will fail:\n%v\n", fdbBuildErr)
+			} else {
+				fmt.Fprintf(os.Stderr, "etcdcompat: candidate is fdb-etcd binary %s\n", fdbBinary)
+			}
+		} else {
+			fmt.Fprintf(os.Stderr, "etcdcompat: candidate is a second embedded etcd (%s=etcd, harness self-test)\n", envCandidate)
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// buildFDBEtcd builds ./cmd/fdb-etcd of the repository root (../..) into dir.
+func buildFDBEtcd(dir string) (string, error) {
+	if b := os.Getenv(envBinary); b != "" {
+		if _, err := os.Stat(b); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", envBinary, b, err)
+		}
+		return b, nil
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		return "", err
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	out := filepath.Join(dir, "fdb-etcd")
+	cmd := exec.Command(goBin, "build", "-o", out, "./cmd/fdb-etcd")
+	cmd.Dir = root
+	var buf bytes.Buffer
+	cmd.Stdout = &buf
+	cmd.Stderr = &buf
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("(cd %s && go build -o %s ./cmd/fdb-etcd) failed: %v\n%s", root, out, err, buf.String())
+	}
+	fmt.Fprintf(os.Stderr, "etcdcompat: built fdb-etcd in %v\n", time.Since(start).Round(time.Millisecond))
+	return out, nil
+}
+
+// server is one running etcd-compatible endpoint with raw gRPC stubs.
+type server struct {
+	name     string // "etcd" (reference) or the candidate's name
+	endpoint string // host:port
+	url      string // advertised client URL
+	conn     *grpc.ClientConn
+	kv       pb.KVClient
+	watch    pb.WatchClient
+	lease    pb.LeaseClient
+	maint    pb.MaintenanceClient
+	cluster  pb.ClusterClient
+	cli      *clientv3.Client
+	logPath  string // fdb-etcd only
+}
+
+// pair is a reference etcd and a candidate, both freshly started.
+type pair struct {
+	ref, cand *server
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+const memberName = "compat"
+
+// startPair starts a fresh reference etcd and a fresh candidate, in parallel.
+func startPair(t *testing.T) *pair {
+	t.Helper()
+	if candidateKind == "fdb-etcd" && fdbBuildErr != nil {
+		t.Fatalf("fdb-etcd is not available (a missing or broken binary is a failure, not a skip):\n%v", fdbBuildErr)
+	}
+	var (
+		wg                sync.WaitGroup
+		ref, cand         *server
+		refErr, candErr   error
+		refStop, candStop func()
+	)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		ref, refStop, refErr = startEmbedded(t, "etcd")
+	}()
+	go func() {
+		defer wg.Done()
+		if candidateKind == "etcd" {
+			cand, candStop, candErr = startEmbedded(t, "etcd(candidate)")
+		} else {
+			cand, candStop, candErr = startFDBEtcd(t)
+		}
+	}()
+	wg.Wait()
+	if refStop != nil {
+		t.Cleanup(refStop)
+	}
+	if candStop != nil {
+		t.Cleanup(candStop)
+	}
+	if refErr != nil {
+		t.Fatalf("starting reference etcd: %v", refErr)
+	}
+	if candErr != nil {
+		t.Fatalf("starting candidate %s: %v", candidateKind, candErr)
+	}
+	return &pair{ref: ref, cand: cand}
+}
+
+func startEmbedded(t *testing.T, name string) (*server, func(), error) {
+	dir := t.TempDir()
+	cport, err := freePort()
+	if err != nil {
+		return nil, nil, err
+	}
+	pport, err := freePort()
+	if err != nil {
+		return nil, nil, err
+	}
+	curl := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", cport)}
+	purl := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pport)}
+	cfg := embed.NewConfig()
+	cfg.Name = memberName
+	cfg.Dir = dir
+	cfg.ListenClientUrls = []url.URL{curl}
+	cfg.AdvertiseClientUrls = []url.URL{curl}
+	cfg.ListenPeerUrls = []url.URL{purl}
+	cfg.AdvertisePeerUrls = []url.URL{purl}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.UnsafeNoFsync = true
+	// MaxTxnOps, MaxRequestBytes and everything else keep etcd's defaults.
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := func() { e.Close() }
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		stop()
+		return nil, nil, fmt.Errorf("embedded etcd failed: %v", err)
+	case <-time.After(30 * time.Second):
+		stop()
+		return nil, nil, errors.New("embedded etcd not ready after 30s")
+	}
+	s, err := dialServer(name, curl.Host)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return s, func() { s.close(); stop() }, nil
+}
+
+func startFDBEtcd(t *testing.T) (*server, func(), error) {
+	dataDir := t.TempDir()
+	logDir := t.TempDir()
+	port, err := freePort()
+	if err != nil {
+		return nil, nil, err
+	}
+	u := fmt.Sprintf("http://127.0.0.1:%d", port)
+	args := []string{"--name", memberName, "--data-dir", dataDir, "--listen-client-urls", u, "--advertise-client-urls", u}
+	args = append(args, strings.Fields(os.Getenv(envExtraArgs))...)
+	logPath := filepath.Join(logDir, "fdb-etcd.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(fdbBinary, args...)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, nil, fmt.Errorf("start %s: %w", fdbBinary, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var once sync.Once
+	kill := func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+			logf.Close()
+		})
+	}
+	fail := func(err error) (*server, func(), error) {
+		kill()
+		return nil, nil, fmt.Errorf("%v\ncommand: %s %s\nlog tail:\n%s", err, fdbBinary, strings.Join(args, " "), tailFile(logPath, 4000))
+	}
+	s, err := dialServer("fdb-etcd", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return fail(err)
+	}
+	s.logPath = logPath
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			exited <- err
+			s.close()
+			return fail(fmt.Errorf("fdb-etcd exited early: %v", err))
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := s.kv.Range(ctx, &pb.RangeRequest{Key: []byte("\x00"), RangeEnd: []byte("\x00"), CountOnly: true})
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			s.close()
+			return fail(fmt.Errorf("fdb-etcd not serving Range after 30s: %v", err))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return s, func() {
+		s.close()
+		kill()
+		if t.Failed() {
+			t.Logf("fdb-etcd log tail (%s):\n%s", logPath, tailFile(logPath, 3000))
+		}
+	}, nil
+}
+
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+func dialServer(name, hostport string) (*server, error) {
+	conn, err := grpc.NewClient(hostport,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{"http://" + hostport},
+		DialTimeout: 10 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return &server{
+		name:     name,
+		endpoint: hostport,
+		url:      "http://" + hostport,
+		conn:     conn,
+		kv:       pb.NewKVClient(conn),
+		watch:    pb.NewWatchClient(conn),
+		lease:    pb.NewLeaseClient(conn),
+		maint:    pb.NewMaintenanceClient(conn),
+		cluster:  pb.NewClusterClient(conn),
+		cli:      cli,
+	}, nil
+}
+
+func (s *server) close() {
+	s.cli.Close()
+	s.conn.Close()
+}
+
+// opTimeout bounds each unary call.
+const opTimeout = 15 * time.Second
+
+func ctxOp() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), opTimeout)
+}
