@@ -353,17 +353,19 @@ func TestKVRandomCompat(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			p := startPair(t)
-			runRandomSequence(t, p, seed, nops, nil)
+			runRandomSequence(t, p, seed, nops, nil, -1)
 		})
 	}
 }
 
 // runRandomSequence runs nops generated operations on p. leases, if any, are
-// lease IDs already granted on both servers.
-func runRandomSequence(t *testing.T, p *pair, seed int64, nops int, leases []int64) {
+// lease IDs already granted on both servers; compactRev is the servers'
+// compaction revision (-1: none). It returns the new compaction revision.
+func runRandomSequence(t *testing.T, p *pair, seed int64, nops int, leases []int64, compactRev int64) int64 {
 	t.Logf("seed %d, %d operations (reproduce: go test -run '%s' -seed %d)", seed, nops, t.Name(), seed)
 	g := newGen(seed)
 	g.leases = leases
+	g.compactRev = compactRev
 	g.curRev = p.refRev(t)
 	stats := map[string]int{}
 	mismatches := 0
@@ -412,4 +414,5 @@ func runRandomSequence(t *testing.T, p *pair, seed int64, nops int, leases []int
 		parts = append(parts, fmt.Sprintf("%s=%d", k, stats[k]))
 	}
 	t.Logf("seed %d: final revision %d, compacted at %d; ops: %s", seed, g.curRev, g.compactRev, strings.Join(parts, " "))
+	return g.compactRev
 }
