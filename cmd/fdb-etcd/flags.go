@@ -1,0 +1,105 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/fdb-etcd/fdb-etcd/server"
+)
+
+type config struct {
+	server      server.Config
+	dataDir     string
+	backend     string
+	logLevel    string
+	logFormat   string
+	showVersion bool
+
+	fdbClusterFile string
+	fdbPrefix      string
+	fdbAPIVersion  int
+}
+
+func parseFlags(args []string) (*config, error) {
+	fs := flag.NewFlagSet("fdb-etcd", flag.ContinueOnError)
+	var c config
+	var listen, advertise string
+	fs.StringVar(&c.server.Name, "name", "default", "human-readable name for this member")
+	fs.StringVar(&c.dataDir, "data-dir", "", "path to the data directory of the embedded backend (default ${name}.etcd)")
+	fs.StringVar(&listen, "listen-client-urls", "http://127.0.0.1:2379", "comma-separated URLs to listen on for client traffic")
+	fs.StringVar(&advertise, "advertise-client-urls", "", "comma-separated client URLs to advertise (default: the listen URLs)")
+	maxReq := fs.Uint("max-request-bytes", 1.5*1024*1024, "maximum client request size in bytes the server will accept")
+	fs.IntVar(&c.server.MaxTxnOps, "max-txn-ops", 128, "maximum number of operations permitted in a transaction")
+	fs.DurationVar(&c.server.GRPCKeepAliveMinTime, "grpc-keepalive-min-time", 5*time.Second, "minimum interval a client should wait before pinging the server")
+	fs.DurationVar(&c.server.GRPCKeepAliveInterval, "grpc-keepalive-interval", 2*time.Hour, "frequency of server-to-client pings to check if a connection is alive (0 to disable)")
+	fs.DurationVar(&c.server.GRPCKeepAliveTimeout, "grpc-keepalive-timeout", 20*time.Second, "additional wait after a keepalive ping before closing a non-responsive connection")
+	fs.DurationVar(&c.server.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight requests before closing them")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error, panic, or fatal")
+	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or console")
+	fs.StringVar(&c.backend, "backend", "pebble", "storage backend: pebble (embedded) or fdb (FoundationDB)")
+	fs.StringVar(&c.fdbClusterFile, "fdb-cluster-file", "/etc/foundationdb/fdb.cluster", "FoundationDB cluster file (backend fdb)")
+	fs.StringVar(&c.fdbPrefix, "fdb-prefix", "fdb-etcd", "key prefix of this keyspace inside FoundationDB (backend fdb)")
+	fs.IntVar(&c.fdbAPIVersion, "fdb-api-version", 730, "FoundationDB client API version (backend fdb)")
+	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	c.server.MaxRequestBytes = int(*maxReq)
+	var err error
+	if c.server.ListenClientURLs, err = parseURLs(listen); err != nil {
+		return nil, fmt.Errorf("--listen-client-urls: %w", err)
+	}
+	if advertise == "" {
+		c.server.AdvertiseClientURLs = c.server.ListenClientURLs
+	} else if c.server.AdvertiseClientURLs, err = parseURLs(advertise); err != nil {
+		return nil, fmt.Errorf("--advertise-client-urls: %w", err)
+	}
+	if c.dataDir == "" {
+		c.dataDir = c.server.Name + ".etcd"
+	}
+	switch c.backend {
+	case "pebble", "fdb":
+	default:
+		return nil, fmt.Errorf("--backend: unknown backend %q (want pebble or fdb)", c.backend)
+	}
+	return &c, nil
+}
+
+func parseURLs(s string) ([]url.URL, error) {
+	var out []url.URL
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		u, err := url.Parse(part)
+		if err != nil {
+			return nil, err
+		}
+		if u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix" && u.Scheme != "unixs" {
+			return nil, fmt.Errorf("URL %q: scheme must be http or https", part)
+		}
+		if u.Host == "" {
+			return nil, fmt.Errorf("URL %q: no host", part)
+		}
+		out = append(out, *u)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no URLs given")
+	}
+	return out, nil
+}
+
+func urlList(us []url.URL) []string {
+	out := make([]string, len(us))
+	for i, u := range us {
+		out[i] = u.String()
+	}
+	return out
+}

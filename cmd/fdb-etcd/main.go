@@ -1,0 +1,66 @@
+// Command fdb-etcd serves etcd's v3 API from FoundationDB or, by default, an
+// embedded Pebble store. Flags follow etcd's names where they mean the same.
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/fdb-etcd/fdb-etcd/server"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "fdb-etcd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) > 0 && args[0] == "version" {
+		printVersion()
+		return nil
+	}
+	cfg, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	if cfg.showVersion {
+		printVersion()
+		return nil
+	}
+	lg, err := newLogger(cfg.logLevel, cfg.logFormat)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lg.Sync() }()
+	cfg.server.Logger = lg
+
+	db, err := openBackend(cfg)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(cfg.server, db)
+	if err != nil {
+		_ = db.Close()
+		return err
+	}
+	if err := srv.Serve(); err != nil {
+		srv.Stop()
+		return err
+	}
+	lg.Info("fdb-etcd started", zap.String("name", cfg.server.Name), zap.String("backend", cfg.backend),
+		zap.Strings("listen-client-urls", urlList(cfg.server.ListenClientURLs)))
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	s := <-sig
+	lg.Info("shutting down", zap.String("signal", s.String()))
+	srv.Stop()
+	lg.Info("stopped")
+	return nil
+}

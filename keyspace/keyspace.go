@@ -1,0 +1,221 @@
+// Package keyspace is the on-disk key layout of fdb-etcd, shared by every
+// backend. It is the single place that knows how an etcd key and revision
+// become a storage key; its golden test pins the encoding, because changing it
+// would orphan every stored byte.
+//
+// Layout (one leading byte per family):
+//
+//	0x01 'h'                      head: current revision and the batch that wrote it
+//	0x01 'c'                      compaction: requested and physically finished revisions
+//	0x02 key                      latest: the newest version's metadata of key (or its tombstone)
+//	0x03 esc(key) rev             history: one version of key, with the first value chunk
+//	0x04 esc(key) rev idx         chunks: value chunks 1.. of one version
+//	0x05 rev part                 log: the events of one revision, in parts
+//	0x06 lease key                lease attachments: the keys held by a lease
+//	0x07 lease                    leases: one record per lease
+//	0x08 writer seq               batch markers: what a writer's batch committed
+//	0x09 name                     singletons owned by other layers (lease ownership, ...)
+//
+// esc escapes 0x00 as 0x00 0xff and ends with 0x00 0x01, so history keys sort by
+// etcd key and then by revision, and no escaped key is a prefix of another.
+// Integers are 8-byte big-endian so they sort numerically.
+package keyspace
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+)
+
+const (
+	famMeta    = 0x01
+	famLatest  = 0x02
+	famHistory = 0x03
+	famChunk   = 0x04
+	famLog     = 0x05
+	famAttach  = 0x06
+	famLease   = 0x07
+	famBatch   = 0x08
+	famSingle  = 0x09
+)
+
+// Head is the key every write batch changes; watching it is how readers learn
+// of new commits.
+var Head = []byte{famMeta, 'h'}
+
+// Compaction holds the compaction state.
+var Compaction = []byte{famMeta, 'c'}
+
+// Singleton names a key owned by a layer above mvcc (lease ownership, ...).
+func Singleton(name string) []byte {
+	return append([]byte{famSingle}, name...)
+}
+
+// Latest is the key of key's newest metadata.
+func Latest(key []byte) []byte {
+	out := make([]byte, 1+len(key))
+	out[0] = famLatest
+	copy(out[1:], key)
+	return out
+}
+
+// LatestRange returns the storage range covering etcd keys [begin, end); an
+// empty end means "to the end of the keyspace".
+func LatestRange(begin, end []byte) ([]byte, []byte) {
+	if len(end) == 0 {
+		return Latest(begin), []byte{famLatest + 1}
+	}
+	return Latest(begin), Latest(end)
+}
+
+// LatestKey returns the etcd key of a Latest storage key.
+func LatestKey(k []byte) []byte { return k[1:] }
+
+func appendEsc(dst, key []byte) []byte {
+	for _, b := range key {
+		if b == 0 {
+			dst = append(dst, 0, 0xff)
+			continue
+		}
+		dst = append(dst, b)
+	}
+	return append(dst, 0, 1)
+}
+
+func appendU64(dst []byte, v uint64) []byte {
+	return binary.BigEndian.AppendUint64(dst, v)
+}
+
+// History is the key of key's version written at rev.
+func History(key []byte, rev int64) []byte {
+	out := make([]byte, 0, 1+len(key)+2+8+4)
+	out = append(out, famHistory)
+	out = appendEsc(out, key)
+	return appendU64(out, uint64(rev))
+}
+
+// HistoryPrefix covers every version of key.
+func HistoryPrefix(key []byte) []byte {
+	out := make([]byte, 0, 1+len(key)+2+4)
+	out = append(out, famHistory)
+	return appendEsc(out, key)
+}
+
+// HistoryAll covers every history key.
+func HistoryAll() ([]byte, []byte) { return []byte{famHistory}, []byte{famHistory + 1} }
+
+// ErrMalformed reports a storage key that is not in this layout.
+var ErrMalformed = errors.New("keyspace: malformed key")
+
+// ParseHistory splits a History key into etcd key and revision.
+func ParseHistory(k []byte) ([]byte, int64, error) {
+	if len(k) < 1+2+8 || k[0] != famHistory {
+		return nil, 0, ErrMalformed
+	}
+	body, revb := k[1:len(k)-8], k[len(k)-8:]
+	key := make([]byte, 0, len(body))
+	for i := 0; i < len(body); i++ {
+		if body[i] != 0 {
+			key = append(key, body[i])
+			continue
+		}
+		if i+1 >= len(body) {
+			return nil, 0, ErrMalformed
+		}
+		switch body[i+1] {
+		case 0xff:
+			key = append(key, 0)
+			i++
+		case 1:
+			if i+2 != len(body) {
+				return nil, 0, ErrMalformed
+			}
+			return key, int64(binary.BigEndian.Uint64(revb)), nil
+		default:
+			return nil, 0, ErrMalformed
+		}
+	}
+	return nil, 0, ErrMalformed
+}
+
+// Chunk is the key of value chunk idx (>= 1) of key's version at rev.
+func Chunk(key []byte, rev int64, idx int) []byte {
+	out := make([]byte, 0, 1+len(key)+2+8+4+4)
+	out = append(out, famChunk)
+	out = appendEsc(out, key)
+	out = appendU64(out, uint64(rev))
+	return binary.BigEndian.AppendUint32(out, uint32(idx))
+}
+
+// ChunkVersion covers every chunk of key's version at rev.
+func ChunkVersion(key []byte, rev int64) ([]byte, []byte) {
+	out := make([]byte, 0, 1+len(key)+2+8+4)
+	out = append(out, famChunk)
+	out = appendEsc(out, key)
+	out = appendU64(out, uint64(rev))
+	return out, append(bytes.Clone(out), 0xff, 0xff, 0xff, 0xff, 0xff)
+}
+
+// Log is the key of part part of revision rev's events.
+func Log(rev int64, part int) []byte {
+	out := make([]byte, 0, 1+8+4)
+	out = append(out, famLog)
+	out = appendU64(out, uint64(rev))
+	return binary.BigEndian.AppendUint32(out, uint32(part))
+}
+
+// LogFrom is the first log key at or after rev.
+func LogFrom(rev int64) []byte {
+	out := make([]byte, 0, 1+8)
+	out = append(out, famLog)
+	return appendU64(out, uint64(rev))
+}
+
+// ParseLog returns the revision and part of a Log key.
+func ParseLog(k []byte) (int64, int, error) {
+	if len(k) != 1+8+4 || k[0] != famLog {
+		return 0, 0, ErrMalformed
+	}
+	return int64(binary.BigEndian.Uint64(k[1:9])), int(binary.BigEndian.Uint32(k[9:])), nil
+}
+
+// Attach marks key as held by lease.
+func Attach(lease int64, key []byte) []byte {
+	out := make([]byte, 0, 1+8+len(key))
+	out = append(out, famAttach)
+	out = appendU64(out, uint64(lease))
+	return append(out, key...)
+}
+
+// AttachPrefix covers every key held by lease.
+func AttachPrefix(lease int64) []byte {
+	out := make([]byte, 0, 1+8)
+	out = append(out, famAttach)
+	return appendU64(out, uint64(lease))
+}
+
+// Lease is the key of a lease's record.
+func Lease(id int64) []byte {
+	out := make([]byte, 0, 1+8)
+	out = append(out, famLease)
+	return appendU64(out, uint64(id))
+}
+
+// LeaseAll covers every lease record.
+func LeaseAll() ([]byte, []byte) { return []byte{famLease}, []byte{famLease + 1} }
+
+// ParseLease returns the id of a Lease key.
+func ParseLease(k []byte) (int64, error) {
+	if len(k) != 9 || k[0] != famLease {
+		return 0, ErrMalformed
+	}
+	return int64(binary.BigEndian.Uint64(k[1:])), nil
+}
+
+// Batch is the marker key of a writer's batch.
+func Batch(writer uint64, seq uint64) []byte {
+	out := make([]byte, 0, 1+16)
+	out = append(out, famBatch)
+	out = appendU64(out, writer)
+	return appendU64(out, seq)
+}

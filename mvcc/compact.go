@@ -1,0 +1,288 @@
+package mvcc
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/revision"
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+type compactRequest struct{ rev int64 }
+
+type compactWaiter struct {
+	rev  int64
+	done chan struct{}
+}
+
+// Compact marks every revision below rev unreadable, with etcd's errors, and
+// schedules the physical removal of the history it frees. With physical set
+// it returns only once that removal is done, as etcd does.
+func (s *Store) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	resp, err := s.write(ctx, &compactRequest{rev: r.Revision}, 16)
+	if err != nil {
+		return nil, err
+	}
+	s.wakeCompactor()
+	if r.Physical {
+		if err := s.waitCompacted(ctx, r.Revision); err != nil {
+			return nil, err
+		}
+	}
+	return resp.(*pb.CompactionResponse), nil
+}
+
+func (s *Store) checkCompact(tx storage.ReadTx, rev int64, r *compactRequest) (compaction, error) {
+	_, c, err := readState(tx)
+	if err != nil {
+		return c, err
+	}
+	switch {
+	case r.rev <= c.Requested:
+		return c, ErrCompacted
+	case r.rev > rev:
+		return c, ErrFutureRev
+	}
+	return c, nil
+}
+
+func (s *Store) applyCompact(tx storage.Tx, rev int64, id revision.RequestID, r *compactRequest) (any, bool, error, error) {
+	c, err := s.checkCompact(tx, rev, r)
+	if err != nil {
+		if domainError(err) {
+			return nil, false, err, nil
+		}
+		return nil, false, nil, err
+	}
+	c.Requested, c.By = r.rev, id
+	tx.Set(keyspace.Compaction, encodeCompaction(c))
+	return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: rev}}, false, nil, nil
+}
+
+func (s *Store) replayCompact(tx storage.ReadTx, rev int64, id revision.RequestID, r *compactRequest) (any, bool, error, error) {
+	_, c, err := readState(tx)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	if c.By == id {
+		return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: rev}}, false, nil, nil
+	}
+	// It did not set the compaction, so it failed its checks.
+	if r.rev > rev {
+		return nil, false, ErrFutureRev, nil
+	}
+	return nil, false, ErrCompacted, nil
+}
+
+func (s *Store) wakeCompactor() {
+	select {
+	case s.compactWake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Store) waitCompacted(ctx context.Context, rev int64) error {
+	w := compactWaiter{rev: rev, done: make(chan struct{})}
+	s.compactMu.Lock()
+	s.compactWaiters = append(s.compactWaiters, w)
+	s.compactMu.Unlock()
+	s.wakeCompactor()
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stop:
+		return ErrStopped
+	}
+}
+
+func (s *Store) notifyCompacted(finished int64) {
+	s.compactMu.Lock()
+	defer s.compactMu.Unlock()
+	j := 0
+	for _, w := range s.compactWaiters {
+		if w.rev <= finished {
+			close(w.done)
+			continue
+		}
+		s.compactWaiters[j] = w
+		j++
+	}
+	s.compactWaiters = s.compactWaiters[:j]
+}
+
+// compactor removes compacted history in bounded transactions until the
+// physical compaction catches up with the requested one.
+func (s *Store) compactor() {
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.stop
+		cancel()
+	}()
+	for {
+		select {
+		case <-s.compactWake:
+		case <-s.stop:
+			return
+		}
+		for {
+			finished, more, err := s.compactStep(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.lg.Warn("physical compaction step failed; will retry")
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			s.notifyCompacted(finished)
+			if !more {
+				break
+			}
+		}
+	}
+}
+
+// compactStep cleans up the keys changed by the next run of compacted
+// revisions. For each such key, every version older than its newest version
+// at or below the compaction revision goes; that newest version goes too if
+// it is a tombstone strictly below it, along with the key's index entry, so a
+// deleted key can never reappear.
+func (s *Store) compactStep(ctx context.Context) (finished int64, more bool, err error) {
+	err = s.db.Update(ctx, func(tx storage.Tx) error {
+		finished, more = 0, false
+		_, c, err := readState(tx)
+		if err != nil {
+			return err
+		}
+		from := max(c.Finished, 1)
+		if from >= c.Requested {
+			finished = c.Finished
+			return nil
+		}
+		parts, err := tx.GetRange(keyspace.LogFrom(from), keyspace.LogFrom(c.Requested),
+			storage.RangeOptions{Limit: s.cfg.CompactionBatch})
+		if err != nil {
+			return err
+		}
+		keys := map[string]struct{}{}
+		upTo := c.Requested // exclusive: revisions below it are covered
+		for i, p := range parts {
+			rev, _, err := keyspace.ParseLog(p.Key)
+			if err != nil {
+				return err
+			}
+			if len(keys) >= s.cfg.CompactionBatch && i > 0 {
+				// Stop at a revision boundary.
+				prev, _, _ := keyspace.ParseLog(parts[i-1].Key)
+				if prev != rev {
+					upTo = rev
+					break
+				}
+			}
+			e, err := decodeLogPart(p.Value, isFirstPart(p.Key))
+			if err != nil {
+				return err
+			}
+			for _, ev := range e {
+				keys[string(ev.Key)] = struct{}{}
+			}
+		}
+		if len(parts) == s.cfg.CompactionBatch && upTo == c.Requested {
+			last, _, _ := keyspace.ParseLog(parts[len(parts)-1].Key)
+			upTo = last // the last revision may have more parts; redo it next time
+			if upTo <= from {
+				upTo = from + 1
+			}
+		}
+		sorted := make([]string, 0, len(keys))
+		for k := range keys {
+			sorted = append(sorted, k)
+		}
+		sort.Strings(sorted)
+		for _, k := range sorted {
+			if err := compactKey(tx, []byte(k), c.Requested); err != nil {
+				return err
+			}
+		}
+		tx.ClearRange(keyspace.LogFrom(from), keyspace.LogFrom(upTo))
+		c.Finished = upTo
+		tx.Set(keyspace.Compaction, encodeCompaction(c))
+		finished, more = upTo, upTo < c.Requested
+		return nil
+	})
+	return finished, more, err
+}
+
+func isFirstPart(k []byte) bool {
+	_, part, err := keyspace.ParseLog(k)
+	return err == nil && part == 0
+}
+
+func decodeLogPart(v []byte, first bool) ([]logEvent, error) {
+	if first {
+		e, err := decodeLog([][]byte{v})
+		return e.Events, err
+	}
+	// Later parts carry no request id; decode them behind a dummy one.
+	dummy := make([]byte, 17, 17+len(v))
+	dummy = append(dummy, v...)
+	e, err := decodeLog([][]byte{dummy})
+	return e.Events, err
+}
+
+func compactKey(tx storage.Tx, key []byte, at int64) error {
+	vers, err := tx.GetRange(keyspace.HistoryPrefix(key), keyspace.History(key, at+1), storage.RangeOptions{})
+	if err != nil || len(vers) == 0 {
+		return err
+	}
+	newest := vers[len(vers)-1]
+	_, newestRev, err := keyspace.ParseHistory(newest.Key)
+	if err != nil {
+		return err
+	}
+	nv, err := decodeVersion(newest.Value)
+	if err != nil {
+		return err
+	}
+	drop := vers[:len(vers)-1]
+	if nv.Tombstone && newestRev < at {
+		drop = vers
+		latest, err := tx.Get(keyspace.Latest(key))
+		if err != nil {
+			return err
+		}
+		if latest != nil {
+			m, err := decodeMeta(latest)
+			if err != nil {
+				return err
+			}
+			if m.Tombstone && m.ModRev == newestRev {
+				tx.Clear(keyspace.Latest(key))
+			}
+		}
+	}
+	for _, v := range drop {
+		tx.Clear(v.Key)
+		dv, err := decodeVersion(v.Value)
+		if err != nil {
+			return err
+		}
+		if dv.Chunks > 1 {
+			_, rev, err := keyspace.ParseHistory(v.Key)
+			if err != nil {
+				return err
+			}
+			b, e := keyspace.ChunkVersion(key, rev)
+			tx.ClearRange(b, e)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,20 @@
+// Package mvcc is etcd's data model over the storage interface: keys with
+// create/mod revisions and versions, a retained history readable at any
+// revision since the last compaction, the revision log the watch hub tails,
+// and etcd's Range/Put/DeleteRange/Txn/Compact semantics. It is written once
+// for every backend and respects FoundationDB's limits even on Pebble: values
+// are chunked, long reads are paged across transactions at a fixed revision,
+// and write batches are idempotent.
+package mvcc
+
+import "errors"
+
+// Domain errors. The server maps each onto etcd's gRPC error in one table.
+var (
+	ErrCompacted       = errors.New("mvcc: required revision has been compacted")
+	ErrFutureRev       = errors.New("mvcc: required revision is a future revision")
+	ErrKeyNotFound     = errors.New("mvcc: key not found")
+	ErrLeaseNotFound   = errors.New("mvcc: lease not found")
+	ErrRequestTooLarge = errors.New("mvcc: request is too large")
+	ErrStopped         = errors.New("mvcc: store stopped")
+)

@@ -1,0 +1,231 @@
+package mvcc
+
+import (
+	"bytes"
+	"sort"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+// entry is one key live at the revision being read.
+type entry struct {
+	key  []byte
+	meta meta
+	// ver is the version record when it is already at hand (read from
+	// history or pending in the request's overlay); nil means "read it by
+	// key and meta.ModRev".
+	ver   *version
+	value []byte // full value once resolved
+	has   bool   // value resolved
+}
+
+// scanLive calls fn for every key in [begin, end) that is live at rev, in key
+// order, reading at most pageKeys index entries. It returns the key to resume
+// from, or nil when the range is exhausted. Index entries newer than rev are
+// resolved from history, so any retained revision reads exactly.
+func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, fn func(e *entry)) ([]byte, error) {
+	lb, le := keyspace.LatestRange(begin, end)
+	kvs, err := tx.GetRange(lb, le, storage.RangeOptions{Limit: pageKeys})
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range kvs {
+		m, err := decodeMeta(kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		key := keyspace.LatestKey(kv.Key)
+		if m.ModRev <= rev {
+			if !m.Tombstone {
+				fn(&entry{key: key, meta: m})
+			}
+			continue
+		}
+		e, err := versionAt(tx, key, rev)
+		if err != nil {
+			return nil, err
+		}
+		if e != nil {
+			fn(e)
+		}
+	}
+	if pageKeys > 0 && len(kvs) == pageKeys {
+		last := keyspace.LatestKey(kvs[len(kvs)-1].Key)
+		return append(bytes.Clone(last), 0), nil
+	}
+	return nil, nil
+}
+
+// versionAt returns key as of rev from history, or nil if it was absent.
+func versionAt(tx storage.ReadTx, key []byte, rev int64) (*entry, error) {
+	kvs, err := tx.GetRange(keyspace.HistoryPrefix(key), keyspace.History(key, rev+1),
+		storage.RangeOptions{Limit: 1, Reverse: true})
+	if err != nil || len(kvs) == 0 {
+		return nil, err
+	}
+	_, modRev, err := keyspace.ParseHistory(kvs[0].Key)
+	if err != nil {
+		return nil, err
+	}
+	v, err := decodeVersion(kvs[0].Value)
+	if err != nil {
+		return nil, err
+	}
+	if v.Tombstone {
+		return nil, nil
+	}
+	return &entry{key: key, meta: v.meta(modRev), ver: &v}, nil
+}
+
+// getAt returns key as of rev, consulting the overlay first.
+func getAt(tx storage.ReadTx, key []byte, rev int64, ov *overlay) (*entry, error) {
+	if ov != nil {
+		if p, ok := ov.get(key); ok {
+			if p.meta.Tombstone {
+				return nil, nil
+			}
+			return p.entry(), nil
+		}
+	}
+	v, err := tx.Get(keyspace.Latest(key))
+	if err != nil || v == nil {
+		return nil, err
+	}
+	m, err := decodeMeta(v)
+	if err != nil {
+		return nil, err
+	}
+	if m.ModRev <= rev {
+		if m.Tombstone {
+			return nil, nil
+		}
+		return &entry{key: bytes.Clone(key), meta: m}, nil
+	}
+	return versionAt(tx, key, rev)
+}
+
+// rangeAt collects the keys of a range as of rev inside one transaction,
+// merged with the request's own pending writes. Single keys (empty end) are
+// point reads; fromKey ranges have end == []byte{}.
+func rangeAt(tx storage.ReadTx, key, end []byte, rev int64, ov *overlay) ([]*entry, error) {
+	if end == nil {
+		e, err := getAt(tx, key, rev, ov)
+		if err != nil || e == nil {
+			return nil, err
+		}
+		return []*entry{e}, nil
+	}
+	var out []*entry
+	if len(end) > 0 && bytes.Compare(key, end) >= 0 {
+		return nil, nil
+	}
+	cursor := key
+	for cursor != nil {
+		next, err := scanLive(tx, cursor, end, rev, 4096, func(e *entry) {
+			if ov == nil || !ov.has(e.key) {
+				out = append(out, e)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		cursor = next
+	}
+	if ov != nil && ov.len() > 0 {
+		added := false
+		for _, p := range ov.inRange(key, end) {
+			if !p.meta.Tombstone {
+				out = append(out, p.entry())
+				added = true
+			}
+		}
+		if added {
+			sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i].key, out[j].key) < 0 })
+		}
+	}
+	return out, nil
+}
+
+// resolveValues fills in the values of entries, reading each version (and
+// its chunks) by key and revision in a few batched reads.
+func resolveValues(tx storage.ReadTx, es []*entry) error {
+	var need []*entry
+	var keys [][]byte
+	for _, e := range es {
+		if e.has {
+			continue
+		}
+		if e.ver == nil {
+			need = append(need, e)
+			keys = append(keys, keyspace.History(e.key, e.meta.ModRev))
+		}
+	}
+	if len(keys) > 0 {
+		vals, err := tx.GetMany(keys)
+		if err != nil {
+			return err
+		}
+		for i, e := range need {
+			if vals[i] == nil {
+				return errCorrupt
+			}
+			v, err := decodeVersion(vals[i])
+			if err != nil {
+				return err
+			}
+			e.ver = &v
+		}
+	}
+	var chunked []*entry
+	keys = keys[:0]
+	for _, e := range es {
+		if e.has {
+			continue
+		}
+		if e.ver.Chunks == 1 {
+			e.value, e.has = e.ver.First, true
+			continue
+		}
+		chunked = append(chunked, e)
+		for i := 1; i < e.ver.Chunks; i++ {
+			keys = append(keys, keyspace.Chunk(e.key, e.meta.ModRev, i))
+		}
+	}
+	if len(chunked) == 0 {
+		return nil
+	}
+	vals, err := tx.GetMany(keys)
+	if err != nil {
+		return err
+	}
+	for _, e := range chunked {
+		v := make([]byte, 0, e.ver.ValueLen)
+		v = append(v, e.ver.First...)
+		for i := 1; i < e.ver.Chunks; i++ {
+			if vals[0] == nil {
+				return errCorrupt
+			}
+			v = append(v, vals[0]...)
+			vals = vals[1:]
+		}
+		e.value, e.has = v, true
+	}
+	return nil
+}
+
+func (e *entry) kv(withValue bool) *mvccpb.KeyValue {
+	kv := &mvccpb.KeyValue{
+		Key:            e.key,
+		CreateRevision: e.meta.CreateRev,
+		ModRevision:    e.meta.ModRev,
+		Version:        e.meta.Version,
+		Lease:          e.meta.Lease,
+	}
+	if withValue {
+		kv.Value = e.value
+	}
+	return kv
+}

@@ -1,0 +1,266 @@
+package mvcc
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/fdb-etcd/fdb-etcd/revision"
+)
+
+// meta is what the latest index keeps per key: enough to count, filter and
+// locate a version without reading its value.
+type meta struct {
+	ModRev    int64
+	CreateRev int64
+	Version   int64
+	Lease     int64
+	Tombstone bool
+}
+
+const flagTombstone = 1
+
+var errCorrupt = errors.New("mvcc: corrupt record")
+
+func encodeMeta(m meta) []byte {
+	out := make([]byte, 1, 1+4*binary.MaxVarintLen64)
+	if m.Tombstone {
+		out[0] = flagTombstone
+	}
+	out = binary.AppendUvarint(out, uint64(m.ModRev))
+	out = binary.AppendUvarint(out, uint64(m.CreateRev))
+	out = binary.AppendUvarint(out, uint64(m.Version))
+	return binary.AppendVarint(out, m.Lease)
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errCorrupt
+		return 0
+	}
+	d.b = d.b[n:]
+	return int64(v)
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = errCorrupt
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) byte1() byte {
+	if d.err != nil || len(d.b) == 0 {
+		d.err = errCorrupt
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) bytes(n int64) []byte {
+	if d.err != nil || n < 0 || int64(len(d.b)) < n {
+		d.err = errCorrupt
+		return nil
+	}
+	out := d.b[:n]
+	d.b = d.b[n:]
+	return out
+}
+
+func decodeMeta(b []byte) (meta, error) {
+	d := decoder{b: b}
+	m := meta{Tombstone: d.byte1()&flagTombstone != 0}
+	m.ModRev = d.uvarint()
+	m.CreateRev = d.uvarint()
+	m.Version = d.uvarint()
+	m.Lease = d.varint()
+	return m, d.err
+}
+
+// version is one stored version of a key: a history record. Its value is
+// split into chunks so that no stored value exceeds FoundationDB's limit.
+type version struct {
+	Sub       int64 // position among the revision's changes, as etcd counts them
+	CreateRev int64
+	Version   int64
+	Lease     int64
+	Tombstone bool
+	Chunks    int   // total chunks, the first inline
+	ValueLen  int64 // total value length
+	First     []byte
+}
+
+// chunkSize keeps every stored value, with its small header, under 100 KB.
+const chunkSize = 96 << 10
+
+func splitValue(v []byte) (first []byte, rest [][]byte) {
+	if len(v) <= chunkSize {
+		return v, nil
+	}
+	first = v[:chunkSize]
+	for v = v[chunkSize:]; len(v) > 0; {
+		n := min(len(v), chunkSize)
+		rest = append(rest, v[:n])
+		v = v[n:]
+	}
+	return first, rest
+}
+
+func encodeVersion(r version) []byte {
+	out := make([]byte, 1, 1+6*binary.MaxVarintLen64+len(r.First))
+	if r.Tombstone {
+		out[0] = flagTombstone
+	}
+	out = binary.AppendUvarint(out, uint64(r.Sub))
+	out = binary.AppendUvarint(out, uint64(r.CreateRev))
+	out = binary.AppendUvarint(out, uint64(r.Version))
+	out = binary.AppendVarint(out, r.Lease)
+	out = binary.AppendUvarint(out, uint64(r.Chunks))
+	out = binary.AppendUvarint(out, uint64(r.ValueLen))
+	return append(out, r.First...)
+}
+
+func decodeVersion(b []byte) (version, error) {
+	d := decoder{b: b}
+	r := version{Tombstone: d.byte1()&flagTombstone != 0}
+	r.Sub = d.uvarint()
+	r.CreateRev = d.uvarint()
+	r.Version = d.uvarint()
+	r.Lease = d.varint()
+	r.Chunks = int(d.uvarint())
+	r.ValueLen = d.uvarint()
+	if d.err != nil {
+		return version{}, d.err
+	}
+	r.First = d.b
+	if r.Chunks < 1 || int64(len(r.First)) > r.ValueLen {
+		return version{}, errCorrupt
+	}
+	return r, nil
+}
+
+func (r version) meta(modRev int64) meta {
+	return meta{ModRev: modRev, CreateRev: r.CreateRev, Version: r.Version, Lease: r.Lease, Tombstone: r.Tombstone}
+}
+
+// Event types in the revision log; the values match mvccpb.Event_EventType.
+const (
+	evPut    = 0
+	evDelete = 1
+)
+
+// logEvent is one change in the revision log. The key's version at the
+// event's revision holds the value; PrevRev locates the previous version for
+// prev_kv (0 when the key did not exist).
+type logEvent struct {
+	Type    byte
+	Sub     int64
+	PrevRev int64
+	Key     []byte
+}
+
+// logEntry is everything one revision changed, and the request that did it.
+type logEntry struct {
+	ID     revision.RequestID
+	Events []logEvent
+}
+
+// logPartBytes keeps each stored log part under FoundationDB's value limit.
+const logPartBytes = 90_000
+
+func encodeLog(e logEntry) [][]byte {
+	var parts [][]byte
+	cur := binary.BigEndian.AppendUint64(nil, e.ID.Writer)
+	cur = binary.BigEndian.AppendUint64(cur, e.ID.Seq)
+	cur = binary.AppendUvarint(cur, uint64(e.ID.Index))
+	for _, ev := range e.Events {
+		if len(cur) > logPartBytes {
+			parts = append(parts, cur)
+			cur = nil
+		}
+		cur = append(cur, ev.Type)
+		cur = binary.AppendUvarint(cur, uint64(ev.Sub))
+		cur = binary.AppendUvarint(cur, uint64(ev.PrevRev))
+		cur = binary.AppendUvarint(cur, uint64(len(ev.Key)))
+		cur = append(cur, ev.Key...)
+	}
+	return append(parts, cur)
+}
+
+func decodeLog(parts [][]byte) (logEntry, error) {
+	var e logEntry
+	for i, p := range parts {
+		d := decoder{b: p}
+		if i == 0 {
+			if len(p) < 16 {
+				return e, errCorrupt
+			}
+			e.ID.Writer = binary.BigEndian.Uint64(p)
+			e.ID.Seq = binary.BigEndian.Uint64(p[8:])
+			d.b = p[16:]
+			e.ID.Index = uint32(d.uvarint())
+		}
+		for d.err == nil && len(d.b) > 0 {
+			ev := logEvent{Type: d.byte1()}
+			ev.Sub = d.uvarint()
+			ev.PrevRev = d.uvarint()
+			ev.Key = d.bytes(d.uvarint())
+			e.Events = append(e.Events, ev)
+		}
+		if d.err != nil {
+			return e, fmt.Errorf("log part %d: %w", i, d.err)
+		}
+	}
+	return e, nil
+}
+
+// compaction is the compaction state: the revision requested (reads below it
+// fail) and the revision below which history is physically gone.
+type compaction struct {
+	Requested int64
+	Finished  int64
+	By        revision.RequestID // the request that set Requested, for replays
+}
+
+func encodeCompaction(c compaction) []byte {
+	out := binary.BigEndian.AppendUint64(nil, uint64(c.Requested))
+	out = binary.BigEndian.AppendUint64(out, uint64(c.Finished))
+	out = binary.BigEndian.AppendUint64(out, c.By.Writer)
+	out = binary.BigEndian.AppendUint64(out, c.By.Seq)
+	return binary.BigEndian.AppendUint32(out, c.By.Index)
+}
+
+func decodeCompaction(b []byte) (compaction, error) {
+	if b == nil {
+		return compaction{}, nil
+	}
+	if len(b) != 36 {
+		return compaction{}, errCorrupt
+	}
+	return compaction{
+		Requested: int64(binary.BigEndian.Uint64(b)),
+		Finished:  int64(binary.BigEndian.Uint64(b[8:])),
+		By: revision.RequestID{
+			Writer: binary.BigEndian.Uint64(b[16:]),
+			Seq:    binary.BigEndian.Uint64(b[24:]),
+			Index:  binary.BigEndian.Uint32(b[32:]),
+		},
+	}, nil
+}

@@ -1,0 +1,51 @@
+// Package errmap is the one table that turns domain errors into etcd's gRPC
+// errors. Handlers never write etcd's error text themselves; clients such as
+// kube-apiserver compare these errors with ==.
+package errmap
+
+import (
+	"context"
+	"errors"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
+)
+
+type mapping struct {
+	domain error
+	grpc   error
+}
+
+// table is matched in order with errors.Is; more specific errors first.
+var table = []mapping{
+	{mvcc.ErrCompacted, rpctypes.ErrGRPCCompacted},
+	{mvcc.ErrFutureRev, rpctypes.ErrGRPCFutureRev},
+	{mvcc.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
+	{mvcc.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
+	{mvcc.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
+	{mvcc.ErrStopped, rpctypes.ErrGRPCStopped},
+}
+
+// ToGRPC maps err onto etcd's gRPC error. Context errors pass through so gRPC
+// reports Canceled/DeadlineExceeded as etcd does; anything unknown becomes
+// codes.Unknown with the error's text, as etcd does.
+func ToGRPC(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	for _, m := range table {
+		if errors.Is(err, m.domain) {
+			return m.grpc
+		}
+	}
+	return status.Error(codes.Unknown, err.Error())
+}

@@ -1,0 +1,263 @@
+// Package server assembles fdb-etcd: the etcd gRPC services over one mvcc
+// store, served with HTTP/1.1 health endpoints on the same client port, the
+// way etcd serves them.
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/soheilhy/cmux"
+
+	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/server/cluster"
+	"github.com/fdb-etcd/fdb-etcd/server/header"
+	"github.com/fdb-etcd/fdb-etcd/server/kv"
+	"github.com/fdb-etcd/fdb-etcd/server/maintenance"
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+// Config is everything the server needs; cmd/fdb-etcd fills it from flags.
+type Config struct {
+	Name                string
+	ListenClientURLs    []url.URL
+	AdvertiseClientURLs []url.URL
+	MaxRequestBytes     int
+	MaxTxnOps           int
+	// GRPCKeepAliveMinTime is the shortest client ping interval allowed;
+	// kube-apiserver pings every 30 s, etcd allows every 5 s.
+	GRPCKeepAliveMinTime  time.Duration
+	GRPCKeepAliveInterval time.Duration
+	GRPCKeepAliveTimeout  time.Duration
+	// ShutdownTimeout bounds the graceful drain on Stop.
+	ShutdownTimeout time.Duration
+	Logger          *zap.Logger
+	MVCC            mvcc.Config
+}
+
+// Defaults fills zero fields with etcd's defaults.
+func (c *Config) Defaults() {
+	if c.Name == "" {
+		c.Name = "default"
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = 1.5 * 1024 * 1024
+	}
+	if c.MaxTxnOps == 0 {
+		c.MaxTxnOps = 128
+	}
+	if c.GRPCKeepAliveMinTime == 0 {
+		c.GRPCKeepAliveMinTime = 5 * time.Second
+	}
+	if c.GRPCKeepAliveInterval == 0 {
+		c.GRPCKeepAliveInterval = 2 * time.Hour
+	}
+	if c.GRPCKeepAliveTimeout == 0 {
+		c.GRPCKeepAliveTimeout = 20 * time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+}
+
+// grpcOverheadBytes is etcd's allowance above --max-request-bytes for the
+// gRPC message limit, so oversize requests get etcd's own error rather than
+// gRPC's.
+const grpcOverheadBytes = 512 * 1024
+
+// Server is one fdb-etcd process.
+type Server struct {
+	cfg   Config
+	lg    *zap.Logger
+	db    storage.DB
+	store *mvcc.Store
+	hdr   header.Filler
+	grpc  *grpc.Server
+
+	mu        sync.Mutex
+	listeners []net.Listener
+	serving   sync.WaitGroup
+	stopOnce  sync.Once
+}
+
+// New builds a server on an open backend. The server owns db from here on
+// and closes it on Stop.
+func New(cfg Config, db storage.DB) (*Server, error) {
+	cfg.Defaults()
+	cfg.MVCC.Logger = cfg.Logger
+	clusterID, err := loadClusterID(db)
+	if err != nil {
+		return nil, err
+	}
+	store, err := mvcc.Open(db, cfg.MVCC)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, lg: cfg.Logger, db: db, store: store}
+	s.hdr = header.Filler{ClusterID: clusterID, MemberID: memberID(clusterID, cfg.Name)}
+
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
+		grpc.MaxSendMsgSize(math.MaxInt32),
+		grpc.MaxConcurrentStreams(math.MaxUint32),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             cfg.GRPCKeepAliveMinTime,
+			PermitWithoutStream: false,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:    cfg.GRPCKeepAliveInterval,
+			Timeout: cfg.GRPCKeepAliveTimeout,
+		}),
+	)
+	pb.RegisterKVServer(s.grpc, kv.New(store, s.hdr, kv.Config{MaxTxnOps: cfg.MaxTxnOps, MaxRequestBytes: cfg.MaxRequestBytes}))
+	pb.RegisterMaintenanceServer(s.grpc, maintenance.New(store, db, s.hdr))
+	pb.RegisterClusterServer(s.grpc, cluster.New(store, s.hdr,
+		cluster.Self(s.hdr.MemberID, cfg.Name, urlStrings(cfg.AdvertiseClientURLs), nil)))
+	return s, nil
+}
+
+// Store exposes the data model, for tests and tools in this module.
+func (s *Server) Store() *mvcc.Store { return s.store }
+
+// Header returns the identity stamped on responses.
+func (s *Server) Header() header.Filler { return s.hdr }
+
+func urlStrings(us []url.URL) []string {
+	out := make([]string, len(us))
+	for i, u := range us {
+		out[i] = u.String()
+	}
+	return out
+}
+
+// loadClusterID returns the store's cluster id, creating it on first start.
+func loadClusterID(db storage.DB) (uint64, error) {
+	key := keyspace.Singleton("cluster-id")
+	var id uint64
+	err := db.Update(context.Background(), func(tx storage.Tx) error {
+		v, err := tx.Get(key)
+		if err != nil {
+			return err
+		}
+		if len(v) == 8 {
+			id = binary.BigEndian.Uint64(v)
+			return nil
+		}
+		var b [8]byte
+		if _, err := cryptoRand(b[:]); err != nil {
+			return err
+		}
+		id = binary.BigEndian.Uint64(b[:])
+		tx.Set(key, b[:])
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("load cluster id: %w", err)
+	}
+	return id, nil
+}
+
+func memberID(clusterID uint64, name string) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], clusterID)
+	h.Write(b[:])
+	h.Write([]byte(name))
+	return h.Sum64()
+}
+
+// Serve listens on every client URL and serves until Stop. It returns once
+// all listeners are up; serving continues in the background.
+func (s *Server) Serve() error {
+	for _, u := range s.cfg.ListenClientURLs {
+		if u.Scheme != "http" {
+			return fmt.Errorf("listen-client-urls: scheme %q is not supported yet", u.Scheme)
+		}
+		l, err := net.Listen("tcp", u.Host)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", u.Host, err)
+		}
+		s.ServeListener(l)
+	}
+	return nil
+}
+
+// ServeListener serves gRPC (HTTP/2) and the health endpoints (HTTP/1.1) on
+// one listener.
+func (s *Server) ServeListener(l net.Listener) {
+	s.mu.Lock()
+	s.listeners = append(s.listeners, l)
+	s.mu.Unlock()
+	m := cmux.New(l)
+	grpcL := m.Match(cmux.HTTP2())
+	httpL := m.Match(cmux.Any())
+	hs := &http.Server{Handler: s.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+	s.serving.Add(3)
+	go func() {
+		defer s.serving.Done()
+		_ = s.grpc.Serve(grpcL)
+	}()
+	go func() {
+		defer s.serving.Done()
+		_ = hs.Serve(httpL)
+	}()
+	go func() {
+		defer s.serving.Done()
+		if err := m.Serve(); err != nil && !errors.Is(err, net.ErrClosed) && !isClosedConn(err) {
+			s.lg.Debug("client listener stopped", zap.Error(err))
+		}
+		_ = hs.Close()
+	}()
+	s.lg.Info("serving client traffic", zap.String("address", l.Addr().String()))
+}
+
+func isClosedConn(err error) bool {
+	return err != nil && (errors.Is(err, net.ErrClosed) || err.Error() == "mux: server closed")
+}
+
+// Stop drains in-flight requests (up to ShutdownTimeout), then closes the
+// store and the backend.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() {
+		done := make(chan struct{})
+		go func() {
+			s.grpc.GracefulStop()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(s.cfg.ShutdownTimeout):
+			s.lg.Warn("graceful stop timed out; closing remaining streams")
+			s.grpc.Stop()
+			<-done
+		}
+		s.mu.Lock()
+		for _, l := range s.listeners {
+			_ = l.Close()
+		}
+		s.mu.Unlock()
+		s.serving.Wait()
+		s.store.Close()
+		if err := s.db.Close(); err != nil && !errors.Is(err, storage.ErrClosed) {
+			s.lg.Warn("closing storage", zap.Error(err))
+		}
+	})
+}

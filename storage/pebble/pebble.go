@@ -1,0 +1,306 @@
+// Package pebble is the embedded storage backend: a single-node Pebble store
+// in a local directory, the default that needs nothing else installed.
+//
+// Writers are serialised by a mutex, so an indexed batch read through to the
+// live database is serializable; every commit is synced to the WAL before
+// Update returns, so an acknowledged write survives a crash. Views run on
+// Pebble snapshots.
+package pebble
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+// Options tune the store. The zero value is usable.
+type Options struct {
+	// FS replaces the real filesystem, for crash-simulation tests.
+	FS vfs.FS
+	// CacheBytes is the block cache size; 0 means 256 MiB.
+	CacheBytes int64
+	// NoSync skips the WAL fsync. Only for tests that measure something else.
+	NoSync bool
+}
+
+// DB is the Pebble backend.
+type DB struct {
+	db *pebble.DB
+
+	writeMu sync.Mutex // serialises Update
+
+	notifyMu sync.Mutex
+	notify   chan struct{} // closed and replaced on every commit
+
+	// Every use of db is bracketed by enter/leave so that Close waits for
+	// in-flight calls instead of closing Pebble under them (Pebble panics on
+	// use after Close), and calls that start after Close fail with ErrClosed.
+	lifeMu   sync.Mutex
+	isClosed bool
+	inflight sync.WaitGroup
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed by Close; wakes WaitChange
+	sync      *pebble.WriteOptions
+}
+
+var (
+	_ storage.DB    = (*DB)(nil)
+	_ storage.Sizer = (*DB)(nil)
+)
+
+// Open opens (creating if needed) the store in dir.
+func Open(dir string, o Options) (*DB, error) {
+	cacheBytes := o.CacheBytes
+	if cacheBytes == 0 {
+		cacheBytes = 256 << 20
+	}
+	cache := pebble.NewCache(cacheBytes)
+	defer cache.Unref()
+	po := &pebble.Options{
+		Cache:                       cache,
+		FS:                          o.FS,
+		MemTableSize:                64 << 20,
+		MemTableStopWritesThreshold: 4,
+		CompactionConcurrencyRange:  func() (int, int) { return 1, 2 },
+		Logger:                      quietLogger{},
+		FormatMajorVersion:          pebble.FormatNewest,
+	}
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("open pebble store in %s: %w", dir, err)
+	}
+	s := &DB{db: db, notify: make(chan struct{}), closed: make(chan struct{}), sync: pebble.Sync}
+	if o.NoSync {
+		s.sync = pebble.NoSync
+	}
+	return s, nil
+}
+
+// Update runs fn in a serialised read-write transaction and commits it durably.
+func (s *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
+	for {
+		if err := s.enter(ctx); err != nil {
+			return err
+		}
+		err := s.updateOnce(fn)
+		s.leave()
+		if err == nil || !storage.Retryable(err) {
+			return err
+		}
+	}
+}
+
+func (s *DB) updateOnce(fn func(storage.Tx) error) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	b := s.db.NewIndexedBatch()
+	defer b.Close()
+	if err := fn(&tx{r: b, b: b}); err != nil {
+		return err
+	}
+	if b.Empty() {
+		return nil
+	}
+	if err := b.Commit(s.sync); err != nil {
+		return fmt.Errorf("pebble commit: %w", err)
+	}
+	s.wake()
+	return nil
+}
+
+func (s *DB) wake() {
+	s.notifyMu.Lock()
+	close(s.notify)
+	s.notify = make(chan struct{})
+	s.notifyMu.Unlock()
+}
+
+// View runs fn on a snapshot.
+func (s *DB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
+	for {
+		if err := s.enter(ctx); err != nil {
+			return err
+		}
+		snap := s.db.NewSnapshot()
+		err := fn(&tx{r: snap})
+		snap.Close()
+		s.leave()
+		if err == nil || !storage.Retryable(err) {
+			return err
+		}
+	}
+}
+
+// WaitChange waits for a commit that leaves key with a value other than seen.
+func (s *DB) WaitChange(ctx context.Context, key, seen []byte) error {
+	for {
+		if err := s.enter(ctx); err != nil {
+			return err
+		}
+		s.notifyMu.Lock()
+		ch := s.notify
+		s.notifyMu.Unlock()
+		v, err := get(s.db, key)
+		s.leave()
+		if err != nil {
+			return err
+		}
+		if (v == nil) != (seen == nil) || !bytes.Equal(v, seen) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.closed:
+			return storage.ErrClosed
+		}
+	}
+}
+
+// Size reports the bytes the store occupies on disk.
+func (s *DB) Size() (int64, error) {
+	if err := s.enter(context.Background()); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	return int64(s.db.Metrics().DiskSpaceUsage()), nil
+}
+
+// Close flushes nothing extra (every commit is already synced) and closes. It
+// waits for transactions in flight; calls that start later fail with ErrClosed,
+// and so does a second Close.
+func (s *DB) Close() error {
+	err := storage.ErrClosed
+	s.closeOnce.Do(func() {
+		s.lifeMu.Lock()
+		s.isClosed = true
+		close(s.closed)
+		s.lifeMu.Unlock()
+		s.inflight.Wait()
+		err = s.db.Close()
+	})
+	return err
+}
+
+// enter admits one use of s.db, or fails with ErrClosed or ctx's error. Every
+// successful enter is paired with leave. It never blocks, so a transaction
+// nested in another one's fn cannot deadlock against Close.
+func (s *DB) enter(ctx context.Context) error {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	if s.isClosed {
+		return storage.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.inflight.Add(1)
+	return nil
+}
+
+func (s *DB) leave() { s.inflight.Done() }
+
+type reader interface {
+	Get(key []byte) ([]byte, io.Closer, error)
+	NewIter(o *pebble.IterOptions) (*pebble.Iterator, error)
+}
+
+type tx struct {
+	r reader
+	b *pebble.Batch // nil for views
+}
+
+func get(r reader, key []byte) ([]byte, error) {
+	v, closer, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, len(v))
+	copy(out, v)
+	closer.Close()
+	return out, nil
+}
+
+func (t *tx) Get(key []byte) ([]byte, error) { return get(t.r, key) }
+
+func (t *tx) GetMany(keys [][]byte) ([][]byte, error) {
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		v, err := get(t.r, k)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+func (t *tx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storage.KeyValue, error) {
+	// begin <= key < end is empty when begin >= end. This also covers end ==
+	// nil, which is the empty key, not Pebble's "no upper bound".
+	if bytes.Compare(begin, end) >= 0 {
+		return nil, nil
+	}
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: begin, UpperBound: end})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []storage.KeyValue
+	valid := it.First
+	next := it.Next
+	if opt.Reverse {
+		valid, next = it.Last, it.Prev
+	}
+	for ok := valid(); ok; ok = next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		kv := storage.KeyValue{Key: bytes.Clone(it.Key()), Value: make([]byte, len(v))}
+		copy(kv.Value, v) // non-nil even when empty, like Get
+		out = append(out, kv)
+		if opt.Limit > 0 && len(out) >= opt.Limit {
+			break
+		}
+	}
+	return out, it.Error()
+}
+
+func (t *tx) Set(key, value []byte) {
+	_ = t.b.Set(key, value, nil)
+}
+
+func (t *tx) Clear(key []byte) {
+	_ = t.b.Delete(key, nil)
+}
+
+func (t *tx) ClearRange(begin, end []byte) {
+	if bytes.Compare(begin, end) >= 0 {
+		return
+	}
+	_ = t.b.DeleteRange(begin, end, nil)
+}
+
+// quietLogger drops Pebble's informational chatter; errors still surface as
+// returned errors.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...interface{})  {}
+func (quietLogger) Errorf(string, ...interface{}) {}
+func (quietLogger) Fatalf(format string, args ...interface{}) {
+	panic(fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,129 @@
+// Package storage is the one interface every fdb-etcd backend implements.
+//
+// It is shaped after FoundationDB rather than after any embedded store, so that
+// the layers above it (mvcc, revision, lease) are written once and are correct
+// on FoundationDB even when they run on the embedded Pebble backend:
+//
+//   - Keys are ordered byte strings. Keys are at most MaxKeySize bytes and
+//     values at most MaxValueSize bytes; larger values must be chunked by the
+//     caller.
+//   - Update runs a read-write transaction through a retry loop. The function
+//     may run any number of times, including after an attempt that committed
+//     but whose outcome was reported as unknown (FoundationDB error 1021), so
+//     it must have no side effects outside the transaction and must detect on
+//     its own (with a marker written in the same transaction) that an earlier
+//     attempt already landed.
+//   - A transaction reads its own writes, is serializable with respect to all
+//     other transactions, lives at most MaxTransactionAge from its first read
+//     and writes at most MaxTransactionBytes.
+//   - View runs a read-only transaction on a consistent snapshot. It is subject
+//     to the same age limit, so long scans must be paged across several Views.
+//   - WaitChange blocks until a key's value differs from a value the caller has
+//     seen; it is how a reader learns about new commits without polling
+//     (FoundationDB watches map directly onto it).
+package storage
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// FoundationDB's documented limits. Every backend enforces or at least
+// tolerates them; the faulty wrapper enforces them exactly.
+const (
+	MaxKeySize          = 10_000
+	MaxValueSize        = 100_000
+	MaxTransactionBytes = 10_000_000
+	MaxTransactionAge   = 5 * time.Second
+)
+
+// KeyValue is one stored pair.
+type KeyValue struct {
+	Key   []byte
+	Value []byte
+}
+
+// RangeOptions bound a range read. A zero Limit means no limit.
+type RangeOptions struct {
+	Limit   int
+	Reverse bool
+}
+
+// ReadTx reads from a consistent snapshot (View) or from a read-write
+// transaction, which also sees its own writes (Update). Returned slices are
+// owned by the caller.
+type ReadTx interface {
+	// Get returns the value at key, or nil when the key is absent.
+	Get(key []byte) ([]byte, error)
+	// GetMany returns the values at keys, in order, nil for absent keys. Backends
+	// issue the reads concurrently where they can.
+	GetMany(keys [][]byte) ([][]byte, error)
+	// GetRange returns the pairs with begin <= key < end in key order (or in
+	// reverse order when opt.Reverse), at most opt.Limit of them.
+	GetRange(begin, end []byte, opt RangeOptions) ([]KeyValue, error)
+}
+
+// Tx is a read-write transaction.
+type Tx interface {
+	ReadTx
+	Set(key, value []byte)
+	Clear(key []byte)
+	// ClearRange removes every key with begin <= key < end.
+	ClearRange(begin, end []byte)
+}
+
+// DB is a backend.
+type DB interface {
+	// Update runs fn in a read-write transaction and commits it, retrying on
+	// retryable errors (conflicts, transactions too old, commit unknown result)
+	// until it commits, fn returns a non-retryable error, or ctx ends.
+	Update(ctx context.Context, fn func(tx Tx) error) error
+	// View runs fn on a consistent read-only snapshot, retrying like Update.
+	View(ctx context.Context, fn func(tx ReadTx) error) error
+	// WaitChange returns once the value at key differs from seen (nil meaning
+	// absent), or with ctx's error. It may return spuriously; callers re-read.
+	WaitChange(ctx context.Context, key, seen []byte) error
+	// Close releases the backend. Calls after Close fail with ErrClosed.
+	Close() error
+}
+
+// Sizer is an optional capability: the approximate bytes the store uses on
+// disk, reported as etcd's db size.
+type Sizer interface {
+	Size() (int64, error)
+}
+
+// Errors with FoundationDB's meaning. Backends return these (wrapped) so that
+// the layers above can match them with errors.Is.
+var (
+	ErrClosed              = errors.New("storage: closed")
+	ErrNotCommitted        = errors.New("storage: transaction not committed due to conflict (1020)")
+	ErrTransactionTooOld   = errors.New("storage: transaction is too old to perform reads or be committed (1007)")
+	ErrCommitUnknownResult = errors.New("storage: transaction may or may not have committed (1021)")
+	ErrKeyTooLarge         = errors.New("storage: key length exceeds limit (2102)")
+	ErrValueTooLarge       = errors.New("storage: value length exceeds limit (2103)")
+	ErrTransactionTooLarge = errors.New("storage: transaction exceeds byte limit (2101)")
+)
+
+// Retryable reports whether an error means "run the transaction again": the
+// attempt either did not commit, or (commit unknown result) may have.
+func Retryable(err error) bool {
+	return errors.Is(err, ErrNotCommitted) ||
+		errors.Is(err, ErrTransactionTooOld) ||
+		errors.Is(err, ErrCommitUnknownResult)
+}
+
+// Strinc returns the first key that is not prefixed by prefix, the end of a
+// prefix range. It panics on a prefix of only 0xff bytes, which has no end.
+func Strinc(prefix []byte) []byte {
+	for i := len(prefix) - 1; i >= 0; i-- {
+		if prefix[i] != 0xff {
+			end := make([]byte, i+1)
+			copy(end, prefix[:i+1])
+			end[i]++
+			return end
+		}
+	}
+	panic("storage: Strinc of an all-0xff prefix")
+}
