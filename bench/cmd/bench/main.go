@@ -1,0 +1,346 @@
+// Command bench compares fdb-etcd with etcd and kine: it builds (or reuses)
+// the three servers, then for each one in turn starts it on a fresh temp
+// data dir on loopback, runs every workload against it with the etcd
+// clientv3 client, and stops it. It prints a markdown table to stdout and
+// writes it to -out.
+//
+//	cd bench && go run ./cmd/bench -out results.md          # full run
+//	cd bench && go run ./cmd/bench -quick -out quick.md     # smoke test
+//	cd bench && go run ./cmd/bench -servers etcd,kine -workloads put,list
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fdb-etcd/fdb-etcd/bench/internal/report"
+	"github.com/fdb-etcd/fdb-etcd/bench/internal/servers"
+	"github.com/fdb-etcd/fdb-etcd/bench/internal/workload"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	servers      []string
+	groups       []string
+	quick        bool
+	out          string
+	jsonOut      string
+	base         string
+	fdbBin       string
+	binDir       string
+	workDir      string
+	keep         bool
+	restartEach  bool
+	rebuildTools bool
+	timeout      time.Duration
+	duration     time.Duration
+	objects      int
+}
+
+func parseFlags() (options, error) {
+	var o options
+	var srv, groups string
+	flag.StringVar(&srv, "servers", strings.Join(servers.Known, ","), "comma-separated servers to run, in order: "+strings.Join(servers.Known, ","))
+	flag.StringVar(&groups, "workloads", "all", "comma-separated workload groups: all or any of put,range,txn,list,watch,progress,rss,lease")
+	flag.BoolVar(&o.quick, "quick", false, "small counts and short runs (CI smoke test)")
+	flag.StringVar(&o.out, "out", "results.md", "markdown output file (\"\" = stdout only)")
+	flag.StringVar(&o.jsonOut, "json", "", "also write raw results as JSON to this file")
+	flag.StringVar(&o.base, "base", servers.FDBEtcd, "server whose ratios against the others are reported")
+	flag.StringVar(&o.fdbBin, "fdb-etcd-bin", "", "use this fdb-etcd binary instead of building ./cmd/fdb-etcd")
+	flag.StringVar(&o.binDir, "bin-dir", "", "binary cache directory (default bench/.bin)")
+	flag.StringVar(&o.workDir, "workdir", "", "parent directory of the servers' temp data dirs (default $TMPDIR)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the servers' data dirs and logs")
+	flag.BoolVar(&o.restartEach, "restart-each", false, "restart each server on a fresh data dir before every workload")
+	flag.BoolVar(&o.rebuildTools, "rebuild-tools", false, "rebuild etcd and kine even if cached")
+	flag.DurationVar(&o.timeout, "timeout", 0, "overall time limit (default 2h, or 15m with -quick)")
+	flag.DurationVar(&o.duration, "duration", 0, "override the length of each time-bounded throughput run")
+	flag.IntVar(&o.objects, "objects", 0, "override the object count of the create-txn and LIST workloads")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %v", flag.Args())
+	}
+	for _, s := range strings.Split(srv, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !slices.Contains(servers.Known, s) {
+			return o, fmt.Errorf("unknown server %q (known: %s)", s, strings.Join(servers.Known, ","))
+		}
+		if !slices.Contains(o.servers, s) {
+			o.servers = append(o.servers, s)
+		}
+	}
+	if len(o.servers) == 0 {
+		return o, errors.New("no server selected")
+	}
+	for _, g := range strings.Split(groups, ",") {
+		if g = strings.TrimSpace(g); g != "" && g != "all" {
+			o.groups = append(o.groups, g)
+		}
+	}
+	if o.timeout == 0 {
+		o.timeout = 2 * time.Hour
+		if o.quick {
+			o.timeout = 15 * time.Minute
+		}
+	}
+	return o, nil
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func run() error {
+	o, err := parseFlags()
+	if err != nil {
+		return err
+	}
+	p := workload.Full()
+	if o.quick {
+		p = workload.Quick()
+	}
+	if o.duration > 0 {
+		p.Duration = o.duration
+	}
+	if o.objects > 0 {
+		p.Objects = o.objects
+	}
+	var ws []workload.Workload
+	known := map[string]bool{}
+	for _, w := range workload.All(p) {
+		known[w.Group()] = true
+		if len(o.groups) == 0 || slices.Contains(o.groups, w.Group()) {
+			ws = append(ws, w)
+		}
+	}
+	for _, g := range o.groups {
+		if !known[g] {
+			return fmt.Errorf("unknown workload group %q", g)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	layout, err := servers.FindLayout(o.binDir)
+	if err != nil {
+		return err
+	}
+	bins, err := servers.Build(ctx, layout, o.servers, servers.BuildOptions{
+		FDBEtcdBin: o.fdbBin,
+		ForceTools: o.rebuildTools,
+		Logf:       logf,
+	})
+	if err != nil {
+		return err
+	}
+
+	mode := "full"
+	if o.quick {
+		mode = "quick"
+	}
+	rep := report.New("fdb-etcd benchmark", o.servers, o.base)
+	rep.Header = header(layout, o, mode)
+	runStart := time.Now()
+	for _, name := range o.servers {
+		if ctx.Err() != nil {
+			break
+		}
+		results := runServer(ctx, name, bins[name], ws, p, o)
+		for _, r := range results {
+			rep.Add(r)
+		}
+	}
+	rep.Header = append(rep.Header, fmt.Sprintf("total run time: %s", time.Since(runStart).Round(time.Second)))
+	if ctx.Err() != nil {
+		rep.Header = append(rep.Header, "**run interrupted or timed out: "+ctx.Err().Error()+"**")
+	}
+
+	var buf bytes.Buffer
+	rep.Markdown(&buf)
+	os.Stdout.Write(buf.Bytes())
+	if o.out != "" {
+		if err := os.WriteFile(o.out, buf.Bytes(), 0o644); err != nil {
+			return err
+		}
+		logf("wrote %s", o.out)
+	}
+	if o.jsonOut != "" {
+		var all []workload.Result
+		for _, row := range rep.Rows {
+			for _, s := range o.servers {
+				if r, ok := rep.Results[row][s]; ok {
+					all = append(all, r)
+				}
+			}
+		}
+		b, err := json.MarshalIndent(map[string]any{"header": rep.Header, "results": all}, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(o.jsonOut, b, 0o644); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// runServer runs every workload against one server, starting it fresh (and
+// restarting it where a workload asks for that or the server died).
+func runServer(ctx context.Context, name, bin string, ws []workload.Workload, p workload.Params, o options) []workload.Result {
+	var results []workload.Result
+	na := func(w workload.Workload, why string) {
+		results = append(results, workload.Result{Server: name, Row: w.Name(), Group: w.Group(), NA: why})
+	}
+	var inst *servers.Instance
+	used := false
+	stopInst := func() {
+		if inst != nil {
+			if o.keep {
+				logf("[%s] kept %s", name, inst.Dir)
+			}
+			inst.Stop()
+			inst = nil
+		}
+	}
+	defer stopInst()
+	perWorkload := 20 * time.Minute
+	if p.Quick {
+		perWorkload = 3 * time.Minute
+	}
+	for _, w := range ws {
+		if ctx.Err() != nil {
+			na(w, "not run: "+ctx.Err().Error())
+			continue
+		}
+		fresh := o.restartEach
+		if f, ok := w.(workload.FreshServer); ok && f.FreshServer() {
+			fresh = true
+		}
+		if inst != nil && !inst.Alive() {
+			logf("[%s] server died; log tail:\n%s", name, inst.LogTail(20))
+			stopInst()
+		}
+		if inst != nil && fresh && used {
+			stopInst()
+		}
+		if inst == nil {
+			var err error
+			t0 := time.Now()
+			inst, err = servers.Start(ctx, name, bin, servers.StartOptions{WorkDir: o.workDir, Keep: o.keep})
+			if err != nil {
+				logf("[%s] start failed: %v", name, err)
+				na(w, "server failed to start: "+firstLine(err.Error()))
+				continue
+			}
+			used = false
+			logf("[%s] started pid %d on %s in %s", name, inst.PID(), inst.Endpoint, time.Since(t0).Round(time.Millisecond))
+		}
+		env := &workload.Env{Server: name, Endpoint: inst.Endpoint, PID: inst.PID(), P: p, Logf: logf}
+		wctx, wcancel := context.WithTimeout(ctx, perWorkload)
+		t0 := time.Now()
+		res, err := w.Run(wctx, env)
+		wcancel()
+		used = true
+		if err != nil {
+			why := workload.ShortErr(err)
+			if workload.IsUnsupported(err) {
+				why = "unsupported: " + why
+			}
+			if !inst.Alive() {
+				why = "server died: " + why
+			}
+			logf("[%s] %-70s n/a (%s)", name, w.Name(), why)
+			na(w, why)
+			continue
+		}
+		res.Server, res.Row, res.Group = name, w.Name(), w.Group()
+		logf("[%s] %-70s %s (%s)", name, w.Name(), summary(res), time.Since(t0).Round(time.Millisecond))
+		results = append(results, res)
+	}
+	return results
+}
+
+func summary(r workload.Result) string {
+	switch r.Kind {
+	case workload.Throughput:
+		return fmt.Sprintf("%.0f ops/s p50 %s p99 %s errors %d", r.Value, r.P50, r.P99, r.Errors)
+	case workload.Time:
+		return fmt.Sprintf("%s p99 %s; %s", time.Duration(r.Value*float64(time.Second)), r.P99, r.Note)
+	case workload.Bytes:
+		return fmt.Sprintf("%.1f MiB; %s", r.Value/(1<<20), r.Note)
+	}
+	return ""
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+func header(l servers.Layout, o options, mode string) []string {
+	h := []string{
+		fmt.Sprintf("date: %s, mode: %s", time.Now().UTC().Format("2006-01-02 15:04 UTC"), mode),
+		fmt.Sprintf("host: %d CPUs, %s, %s/%s; load generator: etcd clientv3 in the same host, servers run one at a time on loopback", runtime.NumCPU(), memTotal(), runtime.GOOS, runtime.GOARCH),
+	}
+	var vs []string
+	for _, s := range o.servers {
+		switch s {
+		case servers.FDBEtcd:
+			vs = append(vs, "fdb-etcd "+gitRev(l.RepoRoot)+" (default Pebble store)")
+		default:
+			vs = append(vs, s+" "+servers.Versions[s])
+		}
+	}
+	h = append(h, "servers: "+strings.Join(vs, ", "))
+	return h
+}
+
+func memTotal() string {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "memory unknown"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), &kb)
+			return fmt.Sprintf("%.0f GiB RAM", float64(kb)/(1<<20))
+		}
+	}
+	return "memory unknown"
+}
+
+func gitRev(dir string) string {
+	cmd := exec.Command("git", "describe", "--always", "--dirty")
+	cmd.Dir = dir
+	cmd.Stderr = io.Discard
+	b, err := cmd.Output()
+	if err != nil {
+		return "(unknown revision)"
+	}
+	return strings.TrimSpace(string(b))
+}

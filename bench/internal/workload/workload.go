@@ -1,0 +1,430 @@
+// Package workload defines the benchmark workloads and the small load
+// generator they share. A new workload implements Workload and is added to
+// All; the harness runs every workload against every server in turn and the
+// report matches rows across servers by Workload.Name.
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fdb-etcd/fdb-etcd/bench/internal/hist"
+)
+
+// Kind says what Result.Value measures and which direction is better.
+type Kind int
+
+const (
+	// Throughput is operations per second; higher is better.
+	Throughput Kind = iota
+	// Time is a duration in seconds; lower is better.
+	Time
+	// Bytes is a size in bytes (e.g. RSS); lower is better.
+	Bytes
+)
+
+// HigherIsBetter reports the direction of the metric.
+func (k Kind) HigherIsBetter() bool { return k == Throughput }
+
+// Result is one cell group of the report: one workload on one server.
+type Result struct {
+	Server string  `json:"server"`
+	Row    string  `json:"row"`
+	Group  string  `json:"group"`
+	Kind   Kind    `json:"kind"`
+	Value  float64 `json:"value"` // ops/s, seconds or bytes, per Kind
+	// Latency of individual operations (or of whole runs, for LIST).
+	P50    time.Duration `json:"p50_ns,omitempty"`
+	P99    time.Duration `json:"p99_ns,omitempty"`
+	Max    time.Duration `json:"max_ns,omitempty"`
+	Ops    int64         `json:"ops,omitempty"`
+	Errors int64         `json:"errors,omitempty"`
+	// Elapsed is the wall time of the measured phase.
+	Elapsed time.Duration `json:"elapsed_ns,omitempty"`
+	// Note carries workload-specific detail (delivered/expected, first
+	// error, …).
+	Note string `json:"note,omitempty"`
+	// NA, when set, says why there is no value (unsupported, failed, …).
+	NA string `json:"na,omitempty"`
+}
+
+// Workload is one row of the report.
+type Workload interface {
+	// Group is a short id used by -workloads filters (put, range, txn,
+	// list, watch, progress, rss, lease).
+	Group() string
+	// Name is the row label; it must be identical for every server.
+	Name() string
+	// Run measures the workload against env's server. A returned error
+	// becomes an n/a cell; partial failures belong in Result.Errors.
+	Run(ctx context.Context, env *Env) (Result, error)
+}
+
+// FreshServer may be implemented by workloads that need a freshly started,
+// empty server (e.g. memory measurements); the harness restarts the server
+// before running them.
+type FreshServer interface {
+	FreshServer() bool
+}
+
+// Env is what a workload gets to talk to one running server.
+type Env struct {
+	Server   string // etcd, kine, fdb-etcd
+	Endpoint string // host:port on loopback
+	PID      int    // server process id (for RSS)
+	P        Params
+	Logf     func(format string, args ...any)
+}
+
+// Params sizes the workloads; Full and Quick give the two presets.
+type Params struct {
+	Quick bool
+	// Duration of each time-bounded throughput run.
+	Duration time.Duration
+	// MaxOps bounds the operation count of any single run.
+	MaxOps int64
+	// Conns is the number of client connections a multi-client workload
+	// spreads its goroutines over.
+	Conns int
+	// OpTimeout bounds each request.
+	OpTimeout time.Duration
+	// PutClients and PutSizes span the put matrix.
+	PutClients []int
+	PutSizes   []int
+	// Objects and ObjectSize describe the kube-like object set used by the
+	// create-txn and LIST workloads.
+	Objects    int
+	ObjectSize int
+	// TxnTimeCap bounds the create-txn run.
+	TxnTimeCap time.Duration
+	// ListRuns is how many times each LIST variant is timed.
+	ListRuns int
+	// ListPage is the page size of the paginated LIST.
+	ListPage int64
+	// Watch fan-out matrix and phases.
+	Watchers          []int
+	WatchRates        []int
+	WatchDuration     time.Duration
+	WatchGrace        time.Duration
+	WatchersPerStream int
+	// RSSWatchers is the watcher count of the RSS measurement.
+	RSSWatchers int
+	// ProgressRounds is the number of RequestProgress round trips.
+	ProgressRounds int
+}
+
+// Full is the preset for `make bench`.
+func Full() Params {
+	return Params{
+		Duration:          10 * time.Second,
+		MaxOps:            5_000_000,
+		Conns:             8,
+		OpTimeout:         30 * time.Second,
+		PutClients:        []int{1, 16, 256},
+		PutSizes:          []int{256, 2048},
+		Objects:           50_000,
+		ObjectSize:        2048,
+		TxnTimeCap:        10 * time.Minute,
+		ListRuns:          5,
+		ListPage:          500,
+		Watchers:          []int{100, 1000, 10000},
+		WatchRates:        []int{100, 1000},
+		WatchDuration:     10 * time.Second,
+		WatchGrace:        20 * time.Second,
+		WatchersPerStream: 100,
+		RSSWatchers:       10000,
+		ProgressRounds:    1000,
+	}
+}
+
+// Quick is the smoke-test preset (whole run well under two minutes per
+// server set on two cores, excluding builds).
+func Quick() Params {
+	p := Full()
+	p.Quick = true
+	p.Duration = time.Second
+	p.MaxOps = 200_000
+	p.Objects = 2000
+	p.TxnTimeCap = 30 * time.Second
+	p.ListRuns = 2
+	p.Watchers = []int{100, 1000}
+	p.WatchRates = []int{100}
+	p.WatchDuration = time.Second
+	p.WatchGrace = 3 * time.Second
+	p.ProgressRounds = 50
+	return p
+}
+
+// NewClient opens one clientv3 client to the env's server.
+func (e *Env) NewClient() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints:          []string{e.Endpoint},
+		DialTimeout:        5 * time.Second,
+		Logger:             zap.NewNop(),
+		MaxCallRecvMsgSize: math.MaxInt32,
+		MaxCallSendMsgSize: 16 << 20,
+	})
+}
+
+// Clients opens n clients; close them with CloseAll.
+func (e *Env) Clients(n int) ([]*clientv3.Client, error) {
+	if n < 1 {
+		n = 1
+	}
+	cs := make([]*clientv3.Client, 0, n)
+	for i := 0; i < n; i++ {
+		c, err := e.NewClient()
+		if err != nil {
+			CloseAll(cs)
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+// CloseAll closes every client.
+func CloseAll(cs []*clientv3.Client) {
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// LoadSpec describes one closed-loop run: Workers goroutines each issue Op
+// back to back until Duration passes or MaxOps operations were started.
+type LoadSpec struct {
+	Workers  int
+	Conns    int           // client connections (≤ Workers)
+	Duration time.Duration // 0 = no time bound other than TimeCap
+	MaxOps   int64         // required
+	TimeCap  time.Duration // hard bound when Duration is 0
+	// Op performs operation number i (0-based, unique across workers).
+	Op func(ctx context.Context, c *clientv3.Client, i int64) error
+	// NewWorker, when set instead of Op, builds per-worker state (e.g. a
+	// stream bound to the run's context, cancelled when the run ends) and
+	// returns the worker's op and a cleanup.
+	NewWorker func(runCtx context.Context, w int, c *clientv3.Client) (op func(ctx context.Context, i int64) error, cleanup func(), err error)
+}
+
+// LoadResult is what RunLoad measured.
+type LoadResult struct {
+	Ops      int64 // successful operations
+	Errors   int64
+	FirstErr error
+	Elapsed  time.Duration
+	Hist     *hist.Histogram
+}
+
+// Throughput is successful operations per second.
+func (r LoadResult) Throughput() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Ops) / r.Elapsed.Seconds()
+}
+
+// RunLoad runs a closed-loop load against env's server.
+func RunLoad(ctx context.Context, env *Env, s LoadSpec) (LoadResult, error) {
+	if s.Workers < 1 {
+		s.Workers = 1
+	}
+	if s.Conns < 1 || s.Conns > s.Workers {
+		s.Conns = min(s.Workers, max(env.P.Conns, 1))
+	}
+	if s.MaxOps <= 0 {
+		return LoadResult{}, errors.New("RunLoad: MaxOps must be > 0")
+	}
+	bound := s.Duration
+	if bound == 0 {
+		bound = s.TimeCap
+	}
+	if bound == 0 {
+		return LoadResult{}, errors.New("RunLoad: no time bound")
+	}
+	clients, err := env.Clients(s.Conns)
+	if err != nil {
+		return LoadResult{}, err
+	}
+	defer CloseAll(clients)
+
+	h := hist.New()
+	var next, ok, errs atomic.Int64
+	var firstErr firstError
+	// Consecutive failures abort the run early (e.g. unsupported request).
+	var consecutive atomic.Int64
+	runCtx, cancel := context.WithTimeout(ctx, bound+s.timeoutSlack(env))
+	defer cancel()
+	ops := make([]func(ctx context.Context, i int64) error, s.Workers)
+	for w := range ops {
+		c := clients[w%len(clients)]
+		if s.NewWorker == nil {
+			ops[w] = func(ctx context.Context, i int64) error { return s.Op(ctx, c, i) }
+			continue
+		}
+		op, cleanup, err := s.NewWorker(runCtx, w, c)
+		if err != nil {
+			return LoadResult{}, fmt.Errorf("worker setup: %w", err)
+		}
+		ops[w] = op
+		if cleanup != nil {
+			defer cleanup()
+		}
+	}
+	start := time.Now()
+	deadline := start.Add(bound)
+	var wg sync.WaitGroup
+	for w := 0; w < s.Workers; w++ {
+		op := ops[w]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if runCtx.Err() != nil || time.Now().After(deadline) {
+					return
+				}
+				i := next.Add(1) - 1
+				if i >= s.MaxOps {
+					return
+				}
+				octx, ocancel := context.WithTimeout(runCtx, env.P.OpTimeout)
+				t0 := time.Now()
+				err := op(octx, i)
+				d := time.Since(t0)
+				ocancel()
+				if err != nil {
+					errs.Add(1)
+					firstErr.Set(err)
+					if consecutive.Add(1) > 1000 || runCtx.Err() != nil {
+						cancel()
+						return
+					}
+					continue
+				}
+				consecutive.Store(0)
+				ok.Add(1)
+				h.Record(d)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	r := LoadResult{Ops: ok.Load(), Errors: errs.Load(), FirstErr: firstErr.Get(), Elapsed: elapsed, Hist: h}
+	if r.Ops == 0 && r.FirstErr != nil {
+		return r, r.FirstErr
+	}
+	if r.Ops == 0 {
+		return r, errors.New("no operation completed")
+	}
+	return r, ctx.Err()
+}
+
+func (s LoadSpec) timeoutSlack(env *Env) time.Duration { return env.P.OpTimeout + 5*time.Second }
+
+// ResultFrom fills a throughput Result from a LoadResult.
+func ResultFrom(w Workload, r LoadResult) Result {
+	res := Result{
+		Row:     w.Name(),
+		Group:   w.Group(),
+		Kind:    Throughput,
+		Value:   r.Throughput(),
+		Ops:     r.Ops,
+		Errors:  r.Errors,
+		Elapsed: r.Elapsed,
+	}
+	if r.Hist != nil {
+		res.P50 = r.Hist.Quantile(0.50)
+		res.P99 = r.Hist.Quantile(0.99)
+		res.Max = r.Hist.Max()
+	}
+	if r.FirstErr != nil {
+		res.Note = "first error: " + ShortErr(r.FirstErr)
+	}
+	return res
+}
+
+// ShortErr renders an error on one short line.
+func ShortErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	if st, ok := status.FromError(err); ok {
+		msg = st.Code().String() + ": " + st.Message()
+	}
+	msg = strings.Join(strings.Fields(msg), " ")
+	if len(msg) > 160 {
+		msg = msg[:157] + "..."
+	}
+	return msg
+}
+
+// IsUnsupported reports whether err looks like the server does not
+// implement the request.
+func IsUnsupported(err error) bool {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unimplemented {
+		return true
+	}
+	return false
+}
+
+// Value returns a payload of n bytes.
+func Value(n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = 'a' + byte(i%26)
+	}
+	return string(b)
+}
+
+// SizeLabel renders 256 as 256B and 2048 as 2KB.
+func SizeLabel(n int) string {
+	if n >= 1024 && n%1024 == 0 {
+		return fmt.Sprintf("%dKB", n/1024)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// CountLabel renders 50000 as 50k.
+func CountLabel(n int) string {
+	if n >= 1000 && n%1000 == 0 {
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
+}
+
+// PrefixEnd returns the range end covering every key with prefix p.
+func PrefixEnd(p string) string { return clientv3.GetPrefixRangeEnd(p) }
+
+// firstError keeps the first error reported from many goroutines.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *firstError) Set(err error) {
+	if err == nil {
+		return
+	}
+	f.mu.Lock()
+	if f.err == nil {
+		f.err = err
+	}
+	f.mu.Unlock()
+}
+
+func (f *firstError) Get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
