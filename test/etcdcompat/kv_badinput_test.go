@@ -339,3 +339,22 @@ func TestKVSizeBoundaryCompat(t *testing.T) {
 	}
 	runBadCases(t, p, cases)
 }
+
+// TestKVCompactionEdgesCompat starts from a fresh store: the first compaction
+// of a store is special (etcd starts with compaction revision -1).
+func TestKVCompactionEdgesCompat(t *testing.T) {
+	p := startPair(t)
+	p.check(t, "setup", &pb.PutRequest{Key: []byte("a"), Value: []byte("1")})
+	p.check(t, "setup", &pb.PutRequest{Key: []byte("a"), Value: []byte("2")})
+	runBadCases(t, p, []badCase{
+		{name: "txn range at revision -1 on a never compacted store", req: txn(nil, ops(opRange(&pb.RangeRequest{Key: []byte("a"), Revision: -1})), nil)},
+		{name: "first compaction at revision 1, physical", req: &pb.CompactionRequest{Revision: 1, Physical: true}, mayChange: true},
+		{name: "compaction at revision 1 again", req: &pb.CompactionRequest{Revision: 1, Physical: true}, wantErr: true},
+		{name: "range at revision 1", req: &pb.RangeRequest{Key: []byte("a"), Revision: 1}},
+		{name: "compaction at the current revision, physical", req: &pb.CompactionRequest{Revision: 3, Physical: true}, mayChange: true},
+		{name: "range at revision 2 (compacted)", req: &pb.RangeRequest{Key: []byte("a"), Revision: 2}, wantErr: true},
+		{name: "range at revision 3", req: &pb.RangeRequest{Key: []byte("a"), Revision: 3}},
+		{name: "put after compaction", req: &pb.PutRequest{Key: []byte("a"), Value: []byte("3"), PrevKv: true}, mayChange: true},
+		{name: "range history at revision 3 after put", req: &pb.RangeRequest{Key: []byte("a"), Revision: 3}},
+	})
+}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Lease sequences with explicit lease IDs. Remaining TTLs are timing
@@ -82,6 +84,9 @@ func (p *pair) checkLease(t *testing.T, c leaseCall) (refResp, candResp any, ref
 	t.Helper()
 	refResp, refErr = c.do(p.ref)
 	candResp, candErr := c.do(p.cand)
+	if status.Code(candErr) == codes.Unimplemented && status.Code(refErr) != codes.Unimplemented {
+		t.Fatalf("%s does not implement %s: %s", p.cand.name, c.desc, errStr(candErr))
+	}
 	ref := respStr(refResp, refErr)
 	cand := respStr(candResp, candErr)
 	if refErr == nil && candErr == nil {

@@ -356,7 +356,7 @@ func (s *server) close() {
 }
 
 // opTimeout bounds each unary call.
-const opTimeout = 15 * time.Second
+const opTimeout = 5 * time.Second
 
 func ctxOp() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), opTimeout)

@@ -11,6 +11,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Watch sequences. The same scripted steps (KV writes and watch stream
@@ -180,6 +182,9 @@ func (wp *watchPair) step(t *testing.T, desc string, req *pb.WatchRequest) []*pb
 	go func() { defer wg.Done(); refResps, refErr = wp.ref.collect() }()
 	go func() { defer wg.Done(); canResps, canErr = wp.cand.collect() }()
 	wg.Wait()
+	if status.Code(canErr) == codes.Unimplemented {
+		t.Fatalf("%s does not implement the Watch service: %s", wp.p.cand.name, errStr(canErr))
+	}
 	rt, ct := transcript(refResps, refErr), transcript(canResps, canErr)
 	t.Logf("%s:\n%s", desc, rt)
 	if rt != ct {
@@ -217,49 +222,53 @@ func createDesc(c *pb.WatchCreateRequest) string {
 
 func TestWatchCompat(t *testing.T) {
 	p := startPair(t)
-	write := func(req any) {
+	write := func(t *testing.T, req any) {
 		t.Helper()
 		p.check(t, "(watch test write)", req)
 	}
 	// History: revisions 2..9, then compaction at 4.
-	write(&pb.PutRequest{Key: []byte("a"), Value: []byte("1")})   // 2
-	write(&pb.PutRequest{Key: []byte("a/b"), Value: []byte("1")}) // 3
-	write(&pb.PutRequest{Key: []byte("b"), Value: []byte("1")})   // 4
-	write(&pb.PutRequest{Key: []byte("a"), Value: []byte("2")})   // 5
-	write(&pb.DeleteRangeRequest{Key: []byte("a")})               // 6
-	write(&pb.PutRequest{Key: []byte("a/c"), Value: []byte("1")}) // 7
-	write(txn(nil, ops(put("a", "3"), put("b", "2"), del("a/b", "")), nil))
-	write(&pb.PutRequest{Key: []byte("\x00"), Value: []byte("n")}) // 9
-	write(&pb.CompactionRequest{Revision: 4, Physical: true})
+	write(t, &pb.PutRequest{Key: []byte("a"), Value: []byte("1")})   // 2
+	write(t, &pb.PutRequest{Key: []byte("a/b"), Value: []byte("1")}) // 3
+	write(t, &pb.PutRequest{Key: []byte("b"), Value: []byte("1")})   // 4
+	write(t, &pb.PutRequest{Key: []byte("a"), Value: []byte("2")})   // 5
+	write(t, &pb.DeleteRangeRequest{Key: []byte("a")})               // 6
+	write(t, &pb.PutRequest{Key: []byte("a/c"), Value: []byte("1")}) // 7
+	write(t, txn(nil, ops(put("a", "3"), put("b", "2"), del("a/b", "")), nil))
+	write(t, &pb.PutRequest{Key: []byte("\x00"), Value: []byte("n")}) // 9
+	write(t, &pb.CompactionRequest{Revision: 4, Physical: true})
 	cur := p.refRev(t)
 	if cur != 9 {
 		t.Fatalf("reference revision %d, want 9", cur)
 	}
 
 	wp := p.openWatchPair(t)
-	create := func(c *pb.WatchCreateRequest) {
+	create := func(t *testing.T, c *pb.WatchCreateRequest) {
 		t.Helper()
 		wp.step(t, createDesc(c), watchCreate(c))
 	}
 	aEnd := prefixEnd([]byte("a"))
 	t.Run("create", func(t *testing.T) {
-		create(&pb.WatchCreateRequest{Key: []byte("a")})                                                 // id 0: current
-		create(&pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: aEnd, StartRevision: 5, PrevKv: true}) // id 1: past, prev_kv
-		create(&pb.WatchCreateRequest{Key: []byte{0}, RangeEnd: []byte{0}, StartRevision: 2})            // id 2: compacted
-		create(&pb.WatchCreateRequest{Key: []byte("b"), StartRevision: cur + 3})                         // id 3: future
-		create(&pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: aEnd, StartRevision: 5, Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT}})
-		create(&pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: aEnd, PrevKv: true, Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NODELETE}})
-		create(&pb.WatchCreateRequest{Key: []byte("c"), WatchId: 100})
-		create(&pb.WatchCreateRequest{Key: []byte("c"), WatchId: 100}) // duplicate ID
-		create(&pb.WatchCreateRequest{Key: []byte("a"), StartRevision: -1})
-		create(&pb.WatchCreateRequest{})                                        // empty key means "\x00"
-		create(&pb.WatchCreateRequest{Key: []byte("z"), RangeEnd: []byte("a")}) // inverted range
-		create(&pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: []byte{0}, StartRevision: cur})
-		create(&pb.WatchCreateRequest{Key: []byte("b"), StartRevision: 4, Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT, pb.WatchCreateRequest_NODELETE}})
-		create(&pb.WatchCreateRequest{Key: []byte("b"), StartRevision: 4, PrevKv: true})
+		create(t, &pb.WatchCreateRequest{Key: []byte("a")})                                                 // id 0: current
+		create(t, &pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: aEnd, StartRevision: 5, PrevKv: true}) // id 1: past, prev_kv
+		create(t, &pb.WatchCreateRequest{Key: []byte{0}, RangeEnd: []byte{0}, StartRevision: 2})            // id 2: compacted
+		create(t, &pb.WatchCreateRequest{Key: []byte("b"), StartRevision: cur + 3})                         // id 3: future
+		create(t, &pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: aEnd, StartRevision: 5, Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT}})
+		create(t, &pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: aEnd, PrevKv: true, Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NODELETE}})
+		create(t, &pb.WatchCreateRequest{Key: []byte("c"), WatchId: 100})
+		create(t, &pb.WatchCreateRequest{Key: []byte("c"), WatchId: 100}) // duplicate ID
+		create(t, &pb.WatchCreateRequest{Key: []byte("a"), StartRevision: -1})
+		create(t, &pb.WatchCreateRequest{})                                        // empty key means "\x00"
+		create(t, &pb.WatchCreateRequest{Key: []byte("z"), RangeEnd: []byte("a")}) // inverted range
+		create(t, &pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: []byte{0}, StartRevision: cur})
+		create(t, &pb.WatchCreateRequest{Key: []byte("b"), StartRevision: 4, Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT, pb.WatchCreateRequest_NODELETE}})
+		create(t, &pb.WatchCreateRequest{Key: []byte("b"), StartRevision: 4, PrevKv: true})
 		wp.step(t, "watch cancel 0", watchCancel(0))
 		wp.step(t, "watch cancel 999 (unknown)", watchCancel(999))
 	})
+
+	if status.Code(wp.cand.dead) == codes.Unimplemented {
+		return // reported once above
+	}
 
 	t.Run("events", func(t *testing.T) {
 		for _, req := range []any{
@@ -274,7 +283,7 @@ func TestWatchCompat(t *testing.T) {
 			&pb.DeleteRangeRequest{Key: []byte("nothing-here")},
 			txn(nil, ops(put("b", "5"), del("c", "")), nil),
 		} {
-			write(req)
+			write(t, req)
 			wp.step(t, reqStr(req), nil)
 		}
 	})
@@ -287,7 +296,7 @@ func TestWatchCompat(t *testing.T) {
 		wp.step(t, "watch progress request (a compacted watcher is still registered)", watchProgress)
 		wp.step(t, "watch cancel 2 (the compacted watcher)", watchCancel(2))
 		wp.step(t, "watch progress request (all watchers synced)", watchProgress)
-		create(&pb.WatchCreateRequest{Key: []byte("q"), StartRevision: cur + 10, WatchId: 500})
+		create(t, &pb.WatchCreateRequest{Key: []byte("q"), StartRevision: cur + 10, WatchId: 500})
 		wp.step(t, "watch progress request (a watcher waits for a future revision)", watchProgress)
 		wp.step(t, "watch cancel 500", watchCancel(500))
 		wp.step(t, "watch progress request (synced again)", watchProgress)
@@ -301,18 +310,18 @@ func TestWatchCompat(t *testing.T) {
 	})
 
 	t.Run("compaction-between", func(t *testing.T) {
-		write(&pb.CompactionRequest{Revision: 14, Physical: true})
-		create(&pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: aEnd, StartRevision: 10})
-		create(&pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: aEnd, StartRevision: 14, PrevKv: true})
-		create(&pb.WatchCreateRequest{Key: []byte{0}, RangeEnd: []byte{0}, StartRevision: 15})
-		write(&pb.PutRequest{Key: []byte("a"), Value: []byte("6")})
+		write(t, &pb.CompactionRequest{Revision: 14, Physical: true})
+		create(t, &pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: aEnd, StartRevision: 10})
+		create(t, &pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: aEnd, StartRevision: 14, PrevKv: true})
+		create(t, &pb.WatchCreateRequest{Key: []byte{0}, RangeEnd: []byte{0}, StartRevision: 15})
+		write(t, &pb.PutRequest{Key: []byte("a"), Value: []byte("6")})
 		wp.step(t, "put a=6", nil)
 	})
 
 	t.Run("second-stream", func(t *testing.T) {
 		wp2 := p.openWatchPair(t)
 		wp2.step(t, "second stream: watch create a", watchCreate(&pb.WatchCreateRequest{Key: []byte("a"), PrevKv: true}))
-		write(&pb.PutRequest{Key: []byte("a"), Value: []byte("7")})
+		write(t, &pb.PutRequest{Key: []byte("a"), Value: []byte("7")})
 		wp2.step(t, "second stream after put a=7", nil)
 		wp.step(t, "first stream after put a=7", nil)
 	})
