@@ -27,6 +27,26 @@ lint:
 test: lint
 	$(GO) test -race -count=1 $(PKGS)
 	cd test/etcdcompat && $(GO) test -count=1 ./...
+	@if [ -n "$(FDB_MISSING)" ]; then echo "skipping FoundationDB tests: $(FDB_MISSING) (make test-fdb runs them)"; else $(MAKE) --no-print-directory test-fdb; fi
+
+# FoundationDB tests (build tag fdb) need cgo, the FoundationDB 7.3 client
+# library and headers where the official packages put them, and fdbserver and
+# fdbcli on PATH; they start a throwaway fdbserver on a loopback port (or use
+# the cluster named by FDB_CLUSTER_FILE). FDB_MISSING says why they can't run.
+FDB_LIB    ?= /usr/lib/libfdb_c.so
+FDB_HEADER ?= /usr/include/foundationdb/fdb_c.h
+FDB_PKGS   := ./storage/fdb/...
+FDB_MISSING = $(shell \
+	if [ ! -e "$(FDB_LIB)" ]; then echo "$(FDB_LIB) not found"; \
+	elif [ ! -e "$(FDB_HEADER)" ]; then echo "$(FDB_HEADER) not found"; \
+	elif [ -z "$$FDB_CLUSTER_FILE" ] && ! command -v fdbserver >/dev/null 2>&1; then echo "fdbserver not found on PATH"; \
+	elif [ -z "$$FDB_CLUSTER_FILE" ] && ! command -v fdbcli >/dev/null 2>&1; then echo "fdbcli not found on PATH"; fi)
+
+# test-fdb runs only the FoundationDB tests and fails if FoundationDB is missing.
+test-fdb:
+	@if [ -n "$(FDB_MISSING)" ]; then echo "test-fdb: FoundationDB is not installed: $(FDB_MISSING)" >&2; exit 1; fi
+	CGO_ENABLED=1 $(GO) vet -tags fdb $(FDB_PKGS)
+	CGO_ENABLED=1 FDB_TESTS_REQUIRED=1 $(GO) test -tags fdb -race -count=1 $(FDB_PKGS)
 
 bench:
 	cd bench && $(GO) run ./cmd/bench

@@ -1,0 +1,59 @@
+// Package fdb is the FoundationDB storage backend: every byte of an fdb-etcd
+// keyspace lives in a FoundationDB cluster, so any number of fdb-etcd
+// processes can serve the same data.
+//
+// The implementation needs cgo and the FoundationDB 7.3 client library
+// (libfdb_c), so it is compiled only with the build tag "fdb"
+// (go build -tags fdb). Without the tag this package is empty.
+//
+// # Key layout
+//
+// A keyspace is named by a string (the --fdb-prefix flag). All of its keys are
+// stored under the tuple-layer encoding of that name,
+//
+//	KeyPrefix(name) = tuple.Tuple{name}.Pack() = 0x02 name' 0x00
+//
+// where name' is name with every 0x00 byte escaped as 0x00 0xff. The encoding
+// ends with an unescaped 0x00, so no keyspace's prefix is a prefix of another
+// one's ("a" and "ab" are disjoint), several keyspaces share one cluster
+// safely, and a keyspace is easy to find with FoundationDB's own tools. A
+// storage key k of the keyspace is the FoundationDB key KeyPrefix(name) + k.
+//
+// # Limits
+//
+// FoundationDB's client refuses keys longer than 10,000 bytes, and the prefix
+// would eat into that budget, while the storage contract promises callers
+// storage.MaxKeySize bytes of their own. The backend therefore raises the
+// client's key_size_limit knob by MaxPrefixBytes (a client-side check only:
+// the servers accept keys up to 30,000 bytes) and enforces storage.MaxKeySize
+// on the caller's part of the key itself, failing the transaction with
+// storage.ErrKeyTooLarge exactly where FoundationDB would (at commit, as a
+// deferred error). Values and transaction sizes are left to FoundationDB,
+// whose errors 2103 and 2101 map to storage.ErrValueTooLarge and
+// storage.ErrTransactionTooLarge.
+//
+// # Transactions and retries
+//
+// Update runs the caller's function in a FoundationDB transaction and commits
+// it; on an error it asks the transaction's OnError whether and when to retry,
+// exactly like the bindings' Transact, but bounded by the context (which
+// cancels the transaction) and by Options.MaxRetries. Errors returned by the
+// function that mean "retry" in the storage contract (storage.ErrNotCommitted,
+// storage.ErrTransactionTooOld, storage.ErrCommitUnknownResult) take the same
+// path, with FoundationDB's backoff.
+//
+// commit_unknown_result (1021) is retried too: the attempt may have committed,
+// and the storage contract makes the function responsible for noticing that.
+// Every writer above this package does: the revision sequencer writes a batch
+// marker in the same transaction and, when a retry finds its own marker,
+// rebuilds its answers from the store instead of applying the batch again. So
+// a 1021 is never retried blindly; it is retried through that check.
+//
+// View runs a read-only transaction that is never committed; its reads are
+// snapshot reads, which add no conflict ranges (a read-only transaction cannot
+// conflict anyway) and still see one consistent read version.
+//
+// WaitChange reads the key, and if it still holds the value the caller has
+// seen, sets a FoundationDB watch on it in the same transaction, commits, and
+// waits for the watch (or the context, or Close). There is no polling.
+package fdb

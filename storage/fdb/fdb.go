@@ -1,0 +1,675 @@
+//go:build fdb
+
+package fdb
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	fdbgo "github.com/apple/foundationdb/bindings/go/src/fdb"
+	"github.com/apple/foundationdb/bindings/go/src/fdb/tuple"
+
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+// Defaults and limits.
+const (
+	// DefaultAPIVersion is the FoundationDB API version the backend is written
+	// against (FoundationDB 7.3).
+	DefaultAPIVersion = 730
+	// DefaultMaxRetries bounds the retries of one Update, View or WaitChange.
+	// With FoundationDB's backoff (10 ms doubling to 1 s) that is well over a
+	// minute of conflicts; the context usually ends a retry loop first.
+	DefaultMaxRetries = 100
+	// MaxPrefixBytes bounds the encoded keyspace prefix (see KeyPrefix).
+	MaxPrefixBytes = 1024
+	// closeGrace is how long Close lets transactions in flight finish before
+	// it cancels them. Longer than a transaction can live.
+	closeGrace = 2 * storage.MaxTransactionAge
+)
+
+// clientKeySizeLimit is the value of FoundationDB's client knob
+// key_size_limit: room for the prefix, the caller's storage.MaxKeySize bytes,
+// and the one extra byte a clipped range bound can have.
+const clientKeySizeLimit = MaxPrefixBytes + storage.MaxKeySize + 1
+
+// Options configure Open.
+type Options struct {
+	// ClusterFile is the FoundationDB cluster file; "" means FoundationDB's
+	// default (FDB_CLUSTER_FILE, else /etc/foundationdb/fdb.cluster).
+	ClusterFile string
+	// Prefix names the keyspace; see KeyPrefix.
+	Prefix string
+	// APIVersion is the client API version; 0 means DefaultAPIVersion. It can
+	// be chosen once per process: every Open in a process must agree.
+	APIVersion int
+	// MaxRetries bounds the retries of one call; 0 means DefaultMaxRetries.
+	MaxRetries int
+}
+
+// KeyPrefix returns the raw FoundationDB key prefix of the keyspace named
+// name: its tuple-layer encoding, 0x02, name with 0x00 escaped as 0x00 0xff,
+// then 0x00.
+func KeyPrefix(name string) []byte {
+	return tuple.Tuple{name}.Pack()
+}
+
+// DB is the FoundationDB backend.
+type DB struct {
+	db          fdbgo.Database
+	clusterFile string
+	prefix      []byte
+	prefixEnd   []byte
+	maxRetries  int
+
+	// Every call is bracketed by enter/leave so that Close can wait for the
+	// calls in flight and fail the ones that start after it.
+	lifeMu   sync.Mutex
+	isClosed bool
+	inflight sync.WaitGroup
+
+	closeOnce sync.Once
+	// closing is canceled when Close starts: WaitChange returns at once and
+	// Update and View stop retrying.
+	closing     context.Context
+	closingStop context.CancelFunc
+	// abort is canceled closeGrace later: transactions still running are
+	// canceled.
+	abort     context.Context
+	abortStop context.CancelFunc
+
+	// commitHook, when set (by tests), is consulted after each successful
+	// commit of Update; an error it returns is handled as the commit's result.
+	commitHook func() error
+}
+
+var (
+	_ storage.DB    = (*DB)(nil)
+	_ storage.Sizer = (*DB)(nil)
+)
+
+// Open connects to the cluster in o.ClusterFile and returns the keyspace
+// o.Prefix. It does not wait for the cluster to be reachable: transactions
+// wait for it (bounded by their contexts).
+func Open(o Options) (*DB, error) {
+	if o.APIVersion == 0 {
+		o.APIVersion = DefaultAPIVersion
+	}
+	if o.MaxRetries <= 0 {
+		o.MaxRetries = DefaultMaxRetries
+	}
+	prefix := KeyPrefix(o.Prefix)
+	if len(prefix) > MaxPrefixBytes {
+		return nil, fmt.Errorf("storage/fdb: prefix %q encodes to %d bytes, more than %d", o.Prefix, len(prefix), MaxPrefixBytes)
+	}
+	db, err := acquire(o.ClusterFile, o.APIVersion)
+	if err != nil {
+		return nil, err
+	}
+	d := &DB{
+		db:          db,
+		clusterFile: o.ClusterFile,
+		prefix:      prefix,
+		prefixEnd:   storage.Strinc(prefix),
+		maxRetries:  o.MaxRetries,
+	}
+	d.closing, d.closingStop = context.WithCancel(context.Background())
+	d.abort, d.abortStop = context.WithCancel(context.Background())
+	return d, nil
+}
+
+// Prefix returns the raw key prefix of the keyspace (a copy).
+func (d *DB) Prefix() []byte { return bytes.Clone(d.prefix) }
+
+// --- process-wide client state ------------------------------------------------
+
+// The FoundationDB client is process-wide: the API version can be selected
+// once, network options must be set before the network starts, and the
+// bindings cache one Database per cluster file (their cache is not safe for
+// concurrent use). All of it goes through netMu; Databases are shared by
+// reference count and closed when the last keyspace on them closes.
+var (
+	netMu      sync.Mutex
+	netVersion int
+	shared     = map[string]*sharedDB{}
+)
+
+type sharedDB struct {
+	db   fdbgo.Database
+	refs int
+}
+
+func acquire(clusterFile string, version int) (fdbgo.Database, error) {
+	netMu.Lock()
+	defer netMu.Unlock()
+	if netVersion == 0 {
+		if err := fdbgo.APIVersion(version); err != nil {
+			if v, verr := fdbgo.GetAPIVersion(); verr == nil && v != version {
+				return fdbgo.Database{}, fmt.Errorf("storage/fdb: FoundationDB API version %d was already selected in this process; cannot use %d", v, version)
+			}
+			return fdbgo.Database{}, fmt.Errorf("storage/fdb: select FoundationDB API version %d: %w", version, err)
+		}
+		// Must precede the first database (which starts the network).
+		if err := fdbgo.Options().SetKnob(fmt.Sprintf("key_size_limit=%d", clientKeySizeLimit)); err != nil {
+			return fdbgo.Database{}, fmt.Errorf("storage/fdb: raise the client key size limit: %w", err)
+		}
+		netVersion = version
+	} else if version != netVersion {
+		return fdbgo.Database{}, fmt.Errorf("storage/fdb: FoundationDB API version %d was already selected in this process; cannot use %d", netVersion, version)
+	}
+	if s, ok := shared[clusterFile]; ok {
+		s.refs++
+		return s.db, nil
+	}
+	db, err := fdbgo.OpenDatabase(clusterFile)
+	if err != nil {
+		return fdbgo.Database{}, fmt.Errorf("storage/fdb: open cluster file %q: %w", clusterFile, err)
+	}
+	shared[clusterFile] = &sharedDB{db: db, refs: 1}
+	return db, nil
+}
+
+func release(clusterFile string) {
+	netMu.Lock()
+	defer netMu.Unlock()
+	s, ok := shared[clusterFile]
+	if !ok {
+		return
+	}
+	if s.refs--; s.refs == 0 {
+		delete(shared, clusterFile)
+		s.db.Close()
+	}
+}
+
+// --- errors -------------------------------------------------------------------
+
+// fdbError is a FoundationDB error with its storage meaning: errors.Is matches
+// the storage sentinel (when there is one) and errors.As finds fdbgo.Error.
+type fdbError struct {
+	fe   fdbgo.Error
+	kind error // a storage sentinel, or nil
+}
+
+func (e *fdbError) Error() string {
+	if e.kind == nil {
+		return "storage/fdb: " + e.fe.Error()
+	}
+	return e.kind.Error() + ": " + e.fe.Error()
+}
+
+func (e *fdbError) Unwrap() []error {
+	if e.kind == nil {
+		return []error{e.fe}
+	}
+	return []error{e.kind, e.fe}
+}
+
+// FoundationDB error codes the backend treats specially.
+const (
+	codeTooOld        = 1007
+	codeNotCommitted  = 1020
+	codeCommitUnknown = 1021
+	codeTxnTooLarge   = 2101
+	codeKeyTooLarge   = 2102
+	codeValueTooLarge = 2103
+)
+
+var kinds = map[int]error{
+	codeTooOld:        storage.ErrTransactionTooOld,
+	codeNotCommitted:  storage.ErrNotCommitted,
+	codeCommitUnknown: storage.ErrCommitUnknownResult,
+	codeTxnTooLarge:   storage.ErrTransactionTooLarge,
+	codeKeyTooLarge:   storage.ErrKeyTooLarge,
+	codeValueTooLarge: storage.ErrValueTooLarge,
+}
+
+// mapError gives a FoundationDB error its storage meaning; other errors pass
+// through.
+func mapError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var mapped *fdbError
+	if errors.As(err, &mapped) {
+		return err
+	}
+	var fe fdbgo.Error
+	if !errors.As(err, &fe) {
+		return err
+	}
+	return &fdbError{fe: fe, kind: kinds[fe.Code]}
+}
+
+// retryCode returns the FoundationDB error code to hand to OnError for err:
+// the code of a FoundationDB error in its chain, or the code matching a
+// retryable storage sentinel the transaction function returned itself.
+func retryCode(err error) (int, bool) {
+	var fe fdbgo.Error
+	switch {
+	case errors.As(err, &fe):
+		return fe.Code, true
+	case errors.Is(err, storage.ErrNotCommitted):
+		return codeNotCommitted, true
+	case errors.Is(err, storage.ErrTransactionTooOld):
+		return codeTooOld, true
+	case errors.Is(err, storage.ErrCommitUnknownResult):
+		return codeCommitUnknown, true
+	}
+	return 0, false
+}
+
+// notCommitted reports whether a failed commit certainly did not apply.
+func notCommitted(err error) bool {
+	code, ok := retryCode(err)
+	if !ok {
+		return false
+	}
+	switch code {
+	case codeNotCommitted, codeTooOld, codeTxnTooLarge, codeKeyTooLarge, codeValueTooLarge:
+		return true
+	}
+	return false
+}
+
+// --- lifecycle ----------------------------------------------------------------
+
+func (d *DB) enter(ctx context.Context) error {
+	d.lifeMu.Lock()
+	defer d.lifeMu.Unlock()
+	if d.isClosed {
+		return storage.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.inflight.Add(1)
+	return nil
+}
+
+func (d *DB) leave() { d.inflight.Done() }
+
+// Close stops the keyspace: calls that start later fail with ErrClosed,
+// WaitChange calls return ErrClosed at once, and transactions in flight may
+// finish their current attempt (they are canceled if they take longer than a
+// transaction can live). A second Close returns ErrClosed.
+func (d *DB) Close() error {
+	err := storage.ErrClosed
+	d.closeOnce.Do(func() {
+		d.lifeMu.Lock()
+		d.isClosed = true
+		d.lifeMu.Unlock()
+		d.closingStop()
+		done := make(chan struct{})
+		go func() {
+			d.inflight.Wait()
+			close(done)
+		}()
+		t := time.NewTimer(closeGrace)
+		select {
+		case <-done:
+			t.Stop()
+		case <-t.C:
+			d.abortStop()
+			<-done
+		}
+		d.abortStop()
+		release(d.clusterFile)
+		err = nil
+	})
+	return err
+}
+
+// stopped returns the error to end a call with once ctx has ended or Close has
+// begun (abort: only once Close cancels transactions), or nil. committing
+// says whether the failed attempt was committing, so that a commit cut off
+// midway is reported as possibly applied.
+func (d *DB) stopped(ctx context.Context, abort context.Context, committing bool, attemptErr error) error {
+	var stop error
+	switch {
+	case ctx.Err() != nil:
+		stop = ctx.Err()
+	case abort.Err() != nil:
+		stop = storage.ErrClosed
+	default:
+		return nil
+	}
+	if committing && attemptErr != nil && !notCommitted(attemptErr) {
+		return fmt.Errorf("%w (%w: the commit was cut off)", stop, storage.ErrCommitUnknownResult)
+	}
+	return stop
+}
+
+// run is the retry loop shared by Update, View and Size. attempt runs one try
+// on tr and reports whether it got as far as committing.
+func (d *DB) run(ctx context.Context, attempt func(tr fdbgo.Transaction) (committing bool, err error)) error {
+	if err := d.enter(ctx); err != nil {
+		return err
+	}
+	defer d.leave()
+	tr, err := d.db.CreateTransaction()
+	if err != nil {
+		return mapError(err)
+	}
+	// Canceling the transaction ends whatever it waits for (a read, the
+	// commit, OnError's backoff) with transaction_cancelled.
+	defer context.AfterFunc(ctx, tr.Cancel)()
+	defer context.AfterFunc(d.abort, tr.Cancel)()
+	for retries := 0; ; retries++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if d.closing.Err() != nil {
+			return storage.ErrClosed
+		}
+		committing, err := attempt(tr)
+		if err == nil {
+			return nil
+		}
+		if stop := d.stopped(ctx, d.abort, committing, err); stop != nil {
+			return stop
+		}
+		code, ok := retryCode(err)
+		if !ok {
+			return err // the function's own error
+		}
+		if retries >= d.maxRetries {
+			return fmt.Errorf("storage/fdb: giving up after %d retries: %w", retries, mapError(err))
+		}
+		if oerr := tr.OnError(fdbgo.Error{Code: code}).Get(); oerr != nil {
+			if stop := d.stopped(ctx, d.abort, committing, err); stop != nil {
+				return stop
+			}
+			var fe fdbgo.Error
+			if errors.As(oerr, &fe) && fe.Code == code {
+				return mapError(err) // not retryable: the attempt's own error
+			}
+			return mapError(oerr)
+		}
+	}
+}
+
+// --- Update and View ------------------------------------------------------------
+
+// Update runs fn in a read-write transaction and commits it, retrying as the
+// package documentation describes.
+func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
+	return d.run(ctx, func(tr fdbgo.Transaction) (bool, error) {
+		t := &tx{d: d, tr: tr, r: tr}
+		if err := fn(t); err != nil {
+			return false, err
+		}
+		if t.err != nil {
+			return false, t.err
+		}
+		if err := tr.Commit().Get(); err != nil {
+			return true, mapError(err)
+		}
+		if d.commitHook != nil {
+			if err := d.commitHook(); err != nil {
+				return true, mapError(err)
+			}
+		}
+		return false, nil
+	})
+}
+
+// View runs fn in a read-only transaction (snapshot reads, never committed).
+func (d *DB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
+	return d.run(ctx, func(tr fdbgo.Transaction) (bool, error) {
+		return false, fn(&tx{d: d, tr: tr, r: tr.Snapshot()})
+	})
+}
+
+// Size estimates the bytes the keyspace occupies (FoundationDB's sampled
+// estimate; small keyspaces may report 0).
+func (d *DB) Size() (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var n int64
+	err := d.run(ctx, func(tr fdbgo.Transaction) (bool, error) {
+		var err error
+		n, err = tr.GetEstimatedRangeSizeBytes(fdbgo.KeyRange{Begin: fdbgo.Key(d.prefix), End: fdbgo.Key(d.prefixEnd)}).Get()
+		return false, mapError(err)
+	})
+	return n, err
+}
+
+// --- WaitChange -----------------------------------------------------------------
+
+// WaitChange returns once the value at key differs from seen, using a
+// FoundationDB watch.
+func (d *DB) WaitChange(ctx context.Context, key, seen []byte) error {
+	if err := d.enter(ctx); err != nil {
+		return err
+	}
+	defer d.leave()
+	tr, err := d.db.CreateTransaction()
+	if err != nil {
+		return mapError(err)
+	}
+	defer context.AfterFunc(ctx, tr.Cancel)()
+	defer context.AfterFunc(d.closing, tr.Cancel)()
+	fkey := fdbgo.Key(d.key(key))
+	if len(key) > storage.MaxKeySize {
+		// No such key can exist: its value is absent, forever.
+		if seen != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-d.closing.Done():
+			return storage.ErrClosed
+		}
+	}
+	for retries := 0; ; retries++ {
+		err := d.watchOnce(ctx, tr, fkey, seen)
+		if err == nil {
+			return nil
+		}
+		if stop := d.stopped(ctx, d.closing, false, err); stop != nil {
+			return stop
+		}
+		code, ok := retryCode(err)
+		if !ok {
+			return err
+		}
+		if retries >= d.maxRetries {
+			return fmt.Errorf("storage/fdb: giving up after %d retries: %w", retries, mapError(err))
+		}
+		// OnError resets the transaction (also after a committed watch) and
+		// backs off; it refuses errors that are not worth retrying.
+		if oerr := tr.OnError(fdbgo.Error{Code: code}).Get(); oerr != nil {
+			if stop := d.stopped(ctx, d.closing, false, err); stop != nil {
+				return stop
+			}
+			return mapError(err)
+		}
+	}
+}
+
+// watchOnce reads key; if it still holds seen, it watches it and waits.
+func (d *DB) watchOnce(ctx context.Context, tr fdbgo.Transaction, key fdbgo.Key, seen []byte) error {
+	v, err := tr.Get(key).Get()
+	if err != nil {
+		return mapError(err)
+	}
+	if !sameValue(v, seen) {
+		return nil
+	}
+	// The watch fires when the value differs from the one this transaction
+	// read, even if it changed between the read and the commit.
+	w := tr.Watch(key)
+	if err := tr.Commit().Get(); err != nil {
+		w.Cancel()
+		return mapError(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Get() }()
+	select {
+	case err := <-done:
+		return mapError(err)
+	case <-ctx.Done():
+		w.Cancel()
+		<-done
+		return ctx.Err()
+	case <-d.closing.Done():
+		w.Cancel()
+		<-done
+		return storage.ErrClosed
+	}
+}
+
+func sameValue(v, seen []byte) bool {
+	return (v == nil) == (seen == nil) && bytes.Equal(v, seen)
+}
+
+// --- transactions ---------------------------------------------------------------
+
+// key returns the FoundationDB key of a storage key.
+func (d *DB) key(k []byte) []byte {
+	out := make([]byte, len(d.prefix)+len(k))
+	copy(out, d.prefix)
+	copy(out[len(d.prefix):], k)
+	return out
+}
+
+// clip shortens a range bound to storage.MaxKeySize+1 bytes, which selects the
+// same stored keys (none is longer than storage.MaxKeySize).
+func clip(b []byte) []byte {
+	if len(b) > storage.MaxKeySize+1 {
+		return b[:storage.MaxKeySize+1]
+	}
+	return b
+}
+
+type tx struct {
+	d  *DB
+	tr fdbgo.Transaction     // writes
+	r  fdbgo.ReadTransaction // reads: tr, or tr.Snapshot() in a View
+	// err is the first write refused by this backend (a key over
+	// storage.MaxKeySize). Like FoundationDB's deferred errors it fails the
+	// reads that follow and the commit.
+	err error
+}
+
+func (t *tx) Get(key []byte) ([]byte, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	if len(key) > storage.MaxKeySize {
+		return nil, nil
+	}
+	v, err := t.r.Get(fdbgo.Key(t.d.key(key))).Get()
+	if err != nil {
+		return nil, mapError(err)
+	}
+	return v, nil
+}
+
+// GetMany issues every read before waiting for any, so they run in parallel.
+func (t *tx) GetMany(keys [][]byte) ([][]byte, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	futures := make([]fdbgo.FutureByteSlice, len(keys))
+	for i, k := range keys {
+		if len(k) <= storage.MaxKeySize {
+			futures[i] = t.r.Get(fdbgo.Key(t.d.key(k)))
+		}
+	}
+	out := make([][]byte, len(keys))
+	var first error
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		v, err := f.Get()
+		if err != nil && first == nil {
+			first = err
+		}
+		out[i] = v
+	}
+	if first != nil {
+		return nil, mapError(first)
+	}
+	return out, nil
+}
+
+// GetRange reads a bounded page in one go (want-all) and an unbounded range
+// with the iterator streaming mode, whose batches grow as the scan goes on.
+func (t *tx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storage.KeyValue, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	begin, end = clip(begin), clip(end)
+	if bytes.Compare(begin, end) >= 0 {
+		return nil, nil
+	}
+	r := fdbgo.KeyRange{Begin: fdbgo.Key(t.d.key(begin)), End: fdbgo.Key(t.d.key(end))}
+	var kvs []fdbgo.KeyValue
+	if opt.Limit > 0 {
+		var err error
+		kvs, err = t.r.GetRange(r, fdbgo.RangeOptions{Limit: opt.Limit, Mode: fdbgo.StreamingModeWantAll, Reverse: opt.Reverse}).GetSliceWithError()
+		if err != nil {
+			return nil, mapError(err)
+		}
+	} else {
+		it := t.r.GetRange(r, fdbgo.RangeOptions{Mode: fdbgo.StreamingModeIterator, Reverse: opt.Reverse}).Iterator()
+		for it.Advance() {
+			kv, err := it.Get()
+			if err != nil {
+				return nil, mapError(err)
+			}
+			kvs = append(kvs, kv)
+		}
+	}
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	n := len(t.d.prefix)
+	out := make([]storage.KeyValue, len(kvs))
+	for i, kv := range kvs {
+		// Each key and value is its own copy out of the C library.
+		out[i] = storage.KeyValue{Key: kv.Key[n:len(kv.Key):len(kv.Key)], Value: kv.Value}
+		if out[i].Value == nil {
+			out[i].Value = []byte{}
+		}
+	}
+	return out, nil
+}
+
+func (t *tx) Set(key, value []byte) {
+	if len(key) > storage.MaxKeySize {
+		if t.err == nil {
+			t.err = &fdbError{
+				fe:   fdbgo.Error{Code: codeKeyTooLarge},
+				kind: fmt.Errorf("%w (set of a %d-byte key)", storage.ErrKeyTooLarge, len(key)),
+			}
+		}
+		return
+	}
+	t.tr.Set(fdbgo.Key(t.d.key(key)), value)
+}
+
+// Clear of a key longer than storage.MaxKeySize does nothing: no such key
+// exists.
+func (t *tx) Clear(key []byte) {
+	if len(key) > storage.MaxKeySize {
+		return
+	}
+	t.tr.Clear(fdbgo.Key(t.d.key(key)))
+}
+
+func (t *tx) ClearRange(begin, end []byte) {
+	begin, end = clip(begin), clip(end)
+	if bytes.Compare(begin, end) >= 0 {
+		return
+	}
+	t.tr.ClearRange(fdbgo.KeyRange{Begin: fdbgo.Key(t.d.key(begin)), End: fdbgo.Key(t.d.key(end))})
+}

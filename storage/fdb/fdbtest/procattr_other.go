@@ -1,0 +1,7 @@
+//go:build fdb && !linux
+
+package fdbtest
+
+import "syscall"
+
+func procAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
