@@ -29,6 +29,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/server/header"
 	"github.com/fdb-etcd/fdb-etcd/server/kv"
 	"github.com/fdb-etcd/fdb-etcd/server/maintenance"
+	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
@@ -48,6 +49,20 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	Logger          *zap.Logger
 	MVCC            mvcc.Config
+
+	// TLS configures https:// listen URLs: etcd's --cert-file, --key-file,
+	// --trusted-ca-file, --client-cert-auth, --cipher-suites and
+	// --tls-min-version.
+	TLS tlsconfig.Config
+	// ListenMetricsURLs serve /metrics and the health endpoints
+	// (--listen-metrics-urls).
+	ListenMetricsURLs []url.URL
+	// WarningApplyDuration: unary requests slower than this are logged at
+	// warn level (--warning-apply-duration); 0 means etcd's 100 ms and a
+	// negative value disables the log.
+	WarningApplyDuration time.Duration
+	// BuildVersion is fdb-etcd's own version, for fdb_etcd_build_info.
+	BuildVersion string
 }
 
 // Defaults fills zero fields with etcd's defaults.
@@ -76,6 +91,9 @@ func (c *Config) Defaults() {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
+	if c.WarningApplyDuration == 0 {
+		c.WarningApplyDuration = 100 * time.Millisecond
+	}
 }
 
 // grpcOverheadBytes is etcd's allowance above --max-request-bytes for the
@@ -92,6 +110,8 @@ type Server struct {
 	hdr   header.Filler
 	grpc  *grpc.Server
 
+	ops *ops // TLS, metrics, readiness, shutdown hooks (ops.go)
+
 	mu        sync.Mutex
 	listeners []net.Listener
 	serving   sync.WaitGroup
@@ -103,18 +123,22 @@ type Server struct {
 func New(cfg Config, db storage.DB) (*Server, error) {
 	cfg.Defaults()
 	cfg.MVCC.Logger = cfg.Logger
+	o, measured, err := newOps(&cfg, db)
+	if err != nil {
+		return nil, err
+	}
 	clusterID, err := loadClusterID(db)
 	if err != nil {
 		return nil, err
 	}
-	store, err := mvcc.Open(db, cfg.MVCC)
+	store, err := mvcc.Open(measured, cfg.MVCC)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, lg: cfg.Logger, db: db, store: store}
+	s := &Server{cfg: cfg, lg: cfg.Logger, db: db, store: store, ops: o}
 	s.hdr = header.Filler{ClusterID: clusterID, MemberID: memberID(clusterID, cfg.Name)}
 
-	s.grpc = grpc.NewServer(
+	s.grpc = grpc.NewServer(append(o.grpcOptions(&cfg),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(math.MaxUint32),
@@ -126,7 +150,7 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 			Time:    cfg.GRPCKeepAliveInterval,
 			Timeout: cfg.GRPCKeepAliveTimeout,
 		}),
-	)
+	)...)
 	pb.RegisterKVServer(s.grpc, kv.New(store, s.hdr, kv.Config{MaxTxnOps: cfg.MaxTxnOps, MaxRequestBytes: cfg.MaxRequestBytes}))
 	pb.RegisterMaintenanceServer(s.grpc, maintenance.New(store, db, s.hdr))
 	pb.RegisterClusterServer(s.grpc, cluster.New(store, s.hdr,
@@ -188,21 +212,19 @@ func memberID(clusterID uint64, name string) uint64 {
 // all listeners are up; serving continues in the background.
 func (s *Server) Serve() error {
 	for _, u := range s.cfg.ListenClientURLs {
-		if u.Scheme != "http" {
-			return fmt.Errorf("listen-client-urls: scheme %q is not supported yet", u.Scheme)
-		}
-		l, err := net.Listen("tcp", u.Host)
+		l, err := s.listen(u)
 		if err != nil {
-			return fmt.Errorf("listen on %s: %w", u.Host, err)
+			return err
 		}
 		s.ServeListener(l)
 	}
-	return nil
+	return s.serveMetricsURLs()
 }
 
 // ServeListener serves gRPC (HTTP/2) and the health endpoints (HTTP/1.1) on
 // one listener.
 func (s *Server) ServeListener(l net.Listener) {
+	s.initMetrics()
 	s.mu.Lock()
 	s.listeners = append(s.listeners, l)
 	s.mu.Unlock()
@@ -237,6 +259,7 @@ func isClosedConn(err error) bool {
 // store and the backend.
 func (s *Server) Stop() {
 	s.stopOnce.Do(func() {
+		s.runShutdownHooks()
 		done := make(chan struct{})
 		go func() {
 			s.grpc.GracefulStop()

@@ -1,0 +1,182 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+// RetryReporter is implemented by a backend whose retry loop can say why it
+// retried (the FoundationDB backend learns it from the error it hands to
+// OnError). WrapStorage registers ObserveRetry with it; reasons are then
+// counted exactly. Without it the wrapper classifies only the retryable
+// errors that the transaction function itself returned, which on the
+// embedded backend is all of them.
+type RetryReporter interface {
+	// SetRetryObserver installs f, called once per retried attempt with the
+	// error that caused the retry. It is called before any transaction runs.
+	SetRetryObserver(f func(err error))
+}
+
+type storageMetrics struct {
+	duration *prometheus.HistogramVec
+	attempts *prometheus.HistogramVec
+	retries  *prometheus.CounterVec
+	reasons  *prometheus.CounterVec
+	conflict prometheus.Counter
+	unknown  prometheus.Counter
+	tooOld   prometheus.Counter
+	waits    prometheus.Counter
+}
+
+func newStorageMetrics(f factory) *storageMetrics {
+	s := &storageMetrics{
+		duration: f.histogramVec(prometheus.HistogramOpts{Namespace: "fdb_etcd", Subsystem: "storage", Name: "transaction_duration_seconds",
+			Help:    "Latency of storage transactions, including retries, by kind (update, view) and result (ok, error).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 17)}, []string{"kind", "result"}),
+		attempts: f.histogramVec(prometheus.HistogramOpts{Namespace: "fdb_etcd", Subsystem: "storage", Name: "transaction_attempts",
+			Help:    "Attempts one storage transaction took (1 when it did not retry).",
+			Buckets: []float64{1, 2, 3, 5, 8, 13, 21}}, []string{"kind"}),
+		retries: f.counterVec(prometheus.CounterOpts{Namespace: "fdb_etcd", Subsystem: "storage", Name: "transaction_retries_total",
+			Help: "Storage transaction attempts that were run again, by kind."}, []string{"kind"}),
+		reasons: f.counterVec(prometheus.CounterOpts{Namespace: "fdb_etcd", Subsystem: "storage", Name: "retry_reasons_total",
+			Help: "Retried storage transaction attempts by reason (conflict, commit_unknown_result, too_old, other)."}, []string{"reason"}),
+		conflict: f.counter(prometheus.CounterOpts{Namespace: "fdb_etcd", Subsystem: "storage", Name: "conflicts_total",
+			Help: "Storage transactions that did not commit because of a conflict (FoundationDB error 1020)."}),
+		unknown: f.counter(prometheus.CounterOpts{Namespace: "fdb_etcd", Subsystem: "storage", Name: "commit_unknown_results_total",
+			Help: "Storage commits whose outcome was unknown (FoundationDB error 1021) and were retried idempotently."}),
+		tooOld: f.counter(prometheus.CounterOpts{Namespace: "fdb_etcd", Subsystem: "storage", Name: "transaction_too_old_total",
+			Help: "Storage transactions that outlived the 5 s limit (FoundationDB error 1007)."}),
+		waits: f.counter(prometheus.CounterOpts{Namespace: "fdb_etcd", Subsystem: "storage", Name: "wait_change_total",
+			Help: "WaitChange calls (watches on a storage key) started."}),
+	}
+	for _, r := range []string{"conflict", "commit_unknown_result", "too_old", "other"} {
+		s.reasons.WithLabelValues(r)
+	}
+	for _, k := range []string{"update", "view"} {
+		s.retries.WithLabelValues(k)
+	}
+	return s
+}
+
+// ObserveRetry classifies one retried attempt. Backends that implement
+// RetryReporter have it installed; it can also be called directly.
+func (m *Metrics) ObserveRetry(err error) {
+	if m == nil {
+		return
+	}
+	s := m.storage
+	reason := "other"
+	switch {
+	case errors.Is(err, storage.ErrNotCommitted):
+		reason = "conflict"
+		s.conflict.Inc()
+	case errors.Is(err, storage.ErrCommitUnknownResult):
+		reason = "commit_unknown_result"
+		s.unknown.Inc()
+	case errors.Is(err, storage.ErrTransactionTooOld):
+		reason = "too_old"
+		s.tooOld.Inc()
+	}
+	s.reasons.WithLabelValues(reason).Inc()
+}
+
+// WrapStorage returns db with every transaction measured. The wrapper keeps
+// db's optional capabilities that the metrics need (storage.Sizer); hand the
+// unwrapped db to code that probes for others (snapshots, defragmentation).
+func (m *Metrics) WrapStorage(db storage.DB) storage.DB {
+	if m == nil {
+		return db
+	}
+	w := &measuredDB{inner: db, m: m}
+	if rr, ok := db.(RetryReporter); ok {
+		rr.SetRetryObserver(m.ObserveRetry)
+		w.backendReports = true
+	}
+	if sz, ok := db.(storage.Sizer); ok {
+		return &measuredSizerDB{measuredDB: w, sizer: sz}
+	}
+	return w
+}
+
+type measuredDB struct {
+	inner          storage.DB
+	m              *Metrics
+	backendReports bool
+}
+
+type measuredSizerDB struct {
+	*measuredDB
+	sizer storage.Sizer
+}
+
+func (d *measuredSizerDB) Size() (int64, error) { return d.sizer.Size() }
+
+// attempt tracks one Update or View call's attempts.
+type attempt struct {
+	n       int
+	lastErr error
+}
+
+func (d *measuredDB) before(kind string, a *attempt) {
+	a.n++
+	if a.n == 1 {
+		return
+	}
+	d.m.storage.retries.WithLabelValues(kind).Inc()
+	// The backend's loop is re-running fn. If fn itself returned the
+	// retryable error, it is known here; otherwise only the backend knows.
+	if !d.backendReports && a.lastErr != nil && storage.Retryable(a.lastErr) {
+		d.m.ObserveRetry(a.lastErr)
+	}
+	a.lastErr = nil
+}
+
+func (d *measuredDB) after(kind string, start time.Time, a *attempt, err error) {
+	s := d.m.storage
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	s.duration.WithLabelValues(kind, result).Observe(time.Since(start).Seconds())
+	if a.n > 0 {
+		s.attempts.WithLabelValues(kind).Observe(float64(a.n))
+	}
+}
+
+func (d *measuredDB) Update(ctx context.Context, fn func(storage.Tx) error) error {
+	start := time.Now()
+	var a attempt
+	err := d.inner.Update(ctx, func(tx storage.Tx) error {
+		d.before("update", &a)
+		err := fn(tx)
+		a.lastErr = err
+		return err
+	})
+	d.after("update", start, &a, err)
+	return err
+}
+
+func (d *measuredDB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
+	start := time.Now()
+	var a attempt
+	err := d.inner.View(ctx, func(tx storage.ReadTx) error {
+		d.before("view", &a)
+		err := fn(tx)
+		a.lastErr = err
+		return err
+	})
+	d.after("view", start, &a, err)
+	return err
+}
+
+func (d *measuredDB) WaitChange(ctx context.Context, key, seen []byte) error {
+	d.m.storage.waits.Inc()
+	return d.inner.WaitChange(ctx, key, seen)
+}
+
+func (d *measuredDB) Close() error { return d.inner.Close() }

@@ -1,0 +1,232 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/fdb-etcd/fdb-etcd/server/maintenance"
+	"github.com/fdb-etcd/fdb-etcd/server/metrics"
+	"github.com/fdb-etcd/fdb-etcd/server/reqlog"
+	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig"
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+// ops is the production plumbing of a Server: TLS, metrics, readiness
+// checks and shutdown hooks. It lives apart from the service assembly so
+// that services can be added to server.go without touching it.
+type ops struct {
+	metrics *metrics.Metrics
+	tls     *tlsconfig.Reloader // nil without --cert-file
+
+	initGRPC sync.Once
+
+	mu          sync.Mutex
+	readyChecks []readyCheck
+	onShutdown  []func()
+}
+
+type readyCheck struct {
+	name  string
+	check func(context.Context) error
+}
+
+// newOps builds the TLS configuration and the metrics of a server. It
+// returns the storage that the data model should use: db, measured.
+func newOps(cfg *Config, db storage.DB) (*ops, storage.DB, error) {
+	o := &ops{}
+	if cfg.TLS.Enabled() {
+		if cfg.TLS.Logger == nil {
+			cfg.TLS.Logger = cfg.Logger
+		}
+		r, err := tlsconfig.New(cfg.TLS)
+		if err != nil {
+			return nil, nil, err
+		}
+		o.tls = r
+	} else if err := cfg.TLS.Validate(); err != nil {
+		return nil, nil, err
+	}
+	for _, u := range append(append([]url.URL{}, cfg.ListenClientURLs...), cfg.ListenMetricsURLs...) {
+		if u.Scheme == "https" && o.tls == nil {
+			return nil, nil, fmt.Errorf("listen URL %s is https but no --cert-file/--key-file is given", u.String())
+		}
+	}
+	o.metrics = metrics.New(metrics.Options{
+		ServerVersion:  maintenance.Version,
+		ClusterVersion: clusterVersion(maintenance.Version),
+		BuildVersion:   cfg.BuildVersion,
+	})
+	measured := o.metrics.WrapStorage(db)
+	if observe := cfg.MVCC.Sequencer.Observe; observe != nil {
+		cfg.MVCC.Sequencer.Observe = func(n, bytes int, took time.Duration) {
+			observe(n, bytes, took)
+			o.metrics.ObserveBatch(n, bytes, took)
+		}
+	} else {
+		cfg.MVCC.Sequencer.Observe = o.metrics.ObserveBatch
+	}
+	return o, measured, nil
+}
+
+// clusterVersion is etcd's major.minor cluster version.
+func clusterVersion(v string) string {
+	dots := 0
+	for i, c := range v {
+		if c == '.' {
+			if dots++; dots == 2 {
+				return v[:i]
+			}
+		}
+	}
+	return v
+}
+
+// grpcOptions are the interceptors every service runs behind: metrics, then
+// the slow-request log.
+func (o *ops) grpcOptions(cfg *Config) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(
+			o.metrics.UnaryServerInterceptor(),
+			reqlog.UnaryServerInterceptor(cfg.Logger, cfg.WarningApplyDuration),
+		),
+		grpc.ChainStreamInterceptor(o.metrics.StreamServerInterceptor()),
+	}
+}
+
+// Metrics returns the server's metrics, whose hook methods the watch and
+// lease services call (see package metrics).
+func (s *Server) Metrics() *metrics.Metrics { return s.ops.metrics }
+
+// AddReadyCheck adds a condition to /readyz (and to /health): the server is
+// ready only while every check passes. The watch service adds "the hub has
+// caught up with the revision log" here.
+func (s *Server) AddReadyCheck(name string, check func(context.Context) error) {
+	s.ops.mu.Lock()
+	defer s.ops.mu.Unlock()
+	s.ops.readyChecks = append(s.ops.readyChecks, readyCheck{name: name, check: check})
+}
+
+// OnShutdown registers f to run when Stop begins, before the gRPC server
+// drains: the watch service ends its streams there so that clients
+// reconnect to another member, as etcd's do when a member stops.
+func (s *Server) OnShutdown(f func()) {
+	s.ops.mu.Lock()
+	defer s.ops.mu.Unlock()
+	s.ops.onShutdown = append(s.ops.onShutdown, f)
+}
+
+func (s *Server) runShutdownHooks() {
+	s.ops.mu.Lock()
+	hooks := append([]func(){}, s.ops.onShutdown...)
+	s.ops.mu.Unlock()
+	for _, f := range hooks {
+		f()
+	}
+}
+
+// checkReady runs the store check and every registered check.
+func (s *Server) checkReady(ctx context.Context) error {
+	if err := s.checkStore(ctx); err != nil {
+		return fmt.Errorf("store unreachable: %w", err)
+	}
+	s.ops.mu.Lock()
+	checks := append([]readyCheck{}, s.ops.readyChecks...)
+	s.ops.mu.Unlock()
+	for _, c := range checks {
+		if err := c.check(ctx); err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+	}
+	return nil
+}
+
+// initMetrics connects the scrape-time gauges to the store and pre-creates
+// the gRPC series; it runs when serving starts, once every service is
+// registered.
+func (s *Server) initMetrics() {
+	s.ops.initGRPC.Do(func() {
+		var sizer metrics.SizeSource
+		if sz, ok := s.db.(storage.Sizer); ok {
+			sizer = sz
+		}
+		s.ops.metrics.SetStore(s.store, sizer)
+		s.ops.metrics.InitializeGRPC(s.grpc)
+	})
+}
+
+// listen opens one listen URL: http on plain TCP, https behind TLS.
+func (s *Server) listen(u url.URL) (net.Listener, error) {
+	switch u.Scheme {
+	case "http", "https":
+	default:
+		return nil, fmt.Errorf("listen URL %s: scheme %q is not supported (want http or https)", u.String(), u.Scheme)
+	}
+	l, err := net.Listen("tcp", u.Host)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", u.Host, err)
+	}
+	if u.Scheme == "https" {
+		l = tls.NewListener(l, s.ops.tls.ServerConfig())
+	}
+	return l, nil
+}
+
+// ServeTLSListener serves the client protocols on l behind the server's TLS
+// configuration (as for an https:// listen URL).
+func (s *Server) ServeTLSListener(l net.Listener) error {
+	if s.ops.tls == nil {
+		return errors.New("server has no TLS configuration")
+	}
+	s.ServeListener(tls.NewListener(l, s.ops.tls.ServerConfig()))
+	return nil
+}
+
+// serveMetricsURLs listens on every --listen-metrics-urls URL.
+func (s *Server) serveMetricsURLs() error {
+	for _, u := range s.cfg.ListenMetricsURLs {
+		l, err := s.listen(u)
+		if err != nil {
+			return err
+		}
+		s.ServeMetricsListener(l)
+	}
+	return nil
+}
+
+// ServeMetricsListener serves /metrics and the health endpoints over
+// HTTP/1.1 on l.
+func (s *Server) ServeMetricsListener(l net.Listener) {
+	s.initMetrics()
+	s.mu.Lock()
+	s.listeners = append(s.listeners, l)
+	s.mu.Unlock()
+	hs := &http.Server{Handler: s.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+	s.serving.Add(1)
+	go func() {
+		defer s.serving.Done()
+		if err := hs.Serve(l); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
+			s.lg.Debug("metrics listener stopped", zap.Error(err))
+		}
+		_ = hs.Close()
+	}()
+	s.lg.Info("serving metrics", zap.String("address", l.Addr().String()))
+}
+
+// MetricsHandler is the metrics listener's handler: /metrics plus the
+// health endpoints of the client port.
+func (s *Server) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", s.ops.metrics.Handler())
+	mux.Handle("/", s.HTTPHandler())
+	return mux
+}
