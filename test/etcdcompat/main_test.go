@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	mrand "math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -134,14 +135,34 @@ type pair struct {
 	ref, cand *server
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
+// freePorts returns n distinct loopback TCP ports that were free a moment
+// ago. They are drawn at random below Linux's ephemeral range (32768+), so
+// that outgoing connections (which take ephemeral ports) cannot grab them
+// between this check and the server's bind, and all n are held at once so
+// that they are distinct.
+func freePorts(n int) ([]int, error) {
+	var (
+		ports []int
+		ls    []net.Listener
+	)
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, errors.New("no free loopback port found")
+		}
+		port := 20000 + mrand.IntN(12000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		ls = append(ls, l)
+		ports = append(ports, port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 const memberName = "compat"
@@ -152,51 +173,66 @@ func startPair(t *testing.T) *pair {
 	if candidateKind == "fdb-etcd" && fdbBuildErr != nil {
 		t.Fatalf("fdb-etcd is not available (a missing or broken binary is a failure, not a skip):\n%v", fdbBuildErr)
 	}
+	var ref, cand *server
+	for attempt := 1; ; attempt++ {
+		var err error
+		ref, cand, err = tryStartPair(t)
+		if err == nil {
+			break
+		}
+		if attempt < 3 && strings.Contains(err.Error(), "address already in use") {
+			t.Logf("retrying server start: %v", err)
+			continue
+		}
+		t.Fatal(err)
+	}
+	return &pair{ref: ref, cand: cand}
+}
+
+// tryStartPair starts both servers in parallel on distinct ports.
+func tryStartPair(t *testing.T) (ref, cand *server, err error) {
+	ports, err := freePorts(4)
+	if err != nil {
+		return nil, nil, err
+	}
 	var (
 		wg                sync.WaitGroup
-		ref, cand         *server
 		refErr, candErr   error
 		refStop, candStop func()
 	)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		ref, refStop, refErr = startEmbedded(t, "etcd")
+		ref, refStop, refErr = startEmbedded(t, "etcd", ports[0], ports[1])
 	}()
 	go func() {
 		defer wg.Done()
 		if candidateKind == "etcd" {
-			cand, candStop, candErr = startEmbedded(t, "etcd(candidate)")
+			cand, candStop, candErr = startEmbedded(t, "etcd(candidate)", ports[2], ports[3])
 		} else {
-			cand, candStop, candErr = startFDBEtcd(t)
+			cand, candStop, candErr = startFDBEtcd(t, ports[2])
 		}
 	}()
 	wg.Wait()
-	if refStop != nil {
-		t.Cleanup(refStop)
+	if refErr != nil || candErr != nil {
+		if refStop != nil {
+			refStop()
+		}
+		if candStop != nil {
+			candStop()
+		}
+		if refErr != nil {
+			return nil, nil, fmt.Errorf("starting reference etcd: %w", refErr)
+		}
+		return nil, nil, fmt.Errorf("starting candidate %s: %w", candidateKind, candErr)
 	}
-	if candStop != nil {
-		t.Cleanup(candStop)
-	}
-	if refErr != nil {
-		t.Fatalf("starting reference etcd: %v", refErr)
-	}
-	if candErr != nil {
-		t.Fatalf("starting candidate %s: %v", candidateKind, candErr)
-	}
-	return &pair{ref: ref, cand: cand}
+	t.Cleanup(refStop)
+	t.Cleanup(candStop)
+	return ref, cand, nil
 }
 
-func startEmbedded(t *testing.T, name string) (*server, func(), error) {
+func startEmbedded(t *testing.T, name string, cport, pport int) (*server, func(), error) {
 	dir := t.TempDir()
-	cport, err := freePort()
-	if err != nil {
-		return nil, nil, err
-	}
-	pport, err := freePort()
-	if err != nil {
-		return nil, nil, err
-	}
 	curl := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", cport)}
 	purl := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pport)}
 	cfg := embed.NewConfig()
@@ -233,13 +269,9 @@ func startEmbedded(t *testing.T, name string) (*server, func(), error) {
 	return s, func() { s.close(); stop() }, nil
 }
 
-func startFDBEtcd(t *testing.T) (*server, func(), error) {
+func startFDBEtcd(t *testing.T, port int) (*server, func(), error) {
 	dataDir := t.TempDir()
 	logDir := t.TempDir()
-	port, err := freePort()
-	if err != nil {
-		return nil, nil, err
-	}
 	u := fmt.Sprintf("http://127.0.0.1:%d", port)
 	args := []string{"--name", memberName, "--data-dir", dataDir, "--listen-client-urls", u, "--advertise-client-urls", u}
 	args = append(args, strings.Fields(os.Getenv(envExtraArgs))...)
@@ -292,6 +324,15 @@ func startFDBEtcd(t *testing.T) (*server, func(), error) {
 		_, err := s.kv.Range(ctx, &pb.RangeRequest{Key: []byte("\x00"), RangeEnd: []byte("\x00"), CountOnly: true})
 		cancel()
 		if err == nil {
+			// make sure it was fdb-etcd that answered
+			time.Sleep(20 * time.Millisecond)
+			select {
+			case err := <-exited:
+				exited <- err
+				s.close()
+				return fail(fmt.Errorf("fdb-etcd exited early: %v", err))
+			default:
+			}
 			break
 		}
 		if time.Now().After(deadline) {
