@@ -44,6 +44,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.fdbPrefix, "fdb-prefix", "fdb-etcd", "key prefix of this keyspace inside FoundationDB (backend fdb)")
 	fs.IntVar(&c.fdbAPIVersion, "fdb-api-version", 730, "FoundationDB client API version (backend fdb)")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
+	finishOps := registerOpsFlags(fs, &c)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -59,6 +60,9 @@ func parseFlags(args []string) (*config, error) {
 		c.server.AdvertiseClientURLs = c.server.ListenClientURLs
 	} else if c.server.AdvertiseClientURLs, err = parseURLs(advertise); err != nil {
 		return nil, fmt.Errorf("--advertise-client-urls: %w", err)
+	}
+	if err := finishOps(); err != nil {
+		return nil, err
 	}
 	if c.dataDir == "" {
 		c.dataDir = c.server.Name + ".etcd"

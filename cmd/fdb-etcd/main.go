@@ -25,6 +25,9 @@ func run(args []string) error {
 		printVersion()
 		return nil
 	}
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return healthcheck(args[1:])
+	}
 	cfg, err := parseFlags(args)
 	if err != nil {
 		return err
@@ -39,6 +42,7 @@ func run(args []string) error {
 	}
 	defer func() { _ = lg.Sync() }()
 	cfg.server.Logger = lg
+	cfg.server.BuildVersion = buildVersion()
 
 	db, err := openBackend(cfg)
 	if err != nil {
@@ -54,7 +58,9 @@ func run(args []string) error {
 		return err
 	}
 	lg.Info("fdb-etcd started", zap.String("name", cfg.server.Name), zap.String("backend", cfg.backend),
-		zap.Strings("listen-client-urls", urlList(cfg.server.ListenClientURLs)))
+		zap.Strings("listen-client-urls", urlList(cfg.server.ListenClientURLs)),
+		zap.Strings("listen-metrics-urls", urlList(cfg.server.ListenMetricsURLs)),
+		zap.Bool("client-cert-auth", cfg.server.TLS.ClientCertAuth), zap.String("version", buildVersion()))
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
