@@ -24,10 +24,12 @@ import (
 	"github.com/soheilhy/cmux"
 
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/server/cluster"
 	"github.com/fdb-etcd/fdb-etcd/server/header"
 	"github.com/fdb-etcd/fdb-etcd/server/kv"
+	leasesvc "github.com/fdb-etcd/fdb-etcd/server/lease"
 	"github.com/fdb-etcd/fdb-etcd/server/maintenance"
 	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig"
 	"github.com/fdb-etcd/fdb-etcd/storage"
@@ -49,6 +51,8 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	Logger          *zap.Logger
 	MVCC            mvcc.Config
+	// Lease tunes the lessor (minimum TTL, clock, expiry ownership).
+	Lease lease.Config
 
 	// TLS configures https:// listen URLs: etcd's --cert-file, --key-file,
 	// --trusted-ca-file, --client-cert-auth, --cipher-suites and
@@ -103,12 +107,13 @@ const grpcOverheadBytes = 512 * 1024
 
 // Server is one fdb-etcd process.
 type Server struct {
-	cfg   Config
-	lg    *zap.Logger
-	db    storage.DB
-	store *mvcc.Store
-	hdr   header.Filler
-	grpc  *grpc.Server
+	cfg    Config
+	lg     *zap.Logger
+	db     storage.DB
+	store  *mvcc.Store
+	lessor *lease.Lessor
+	hdr    header.Filler
+	grpc   *grpc.Server
 
 	ops *ops // TLS, metrics, readiness, shutdown hooks (ops.go)
 
@@ -137,6 +142,10 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, lg: cfg.Logger, db: db, store: store, ops: o}
 	s.hdr = header.Filler{ClusterID: clusterID, MemberID: memberID(clusterID, cfg.Name)}
+	if cfg.Lease.Logger == nil {
+		cfg.Lease.Logger = cfg.Logger
+	}
+	s.lessor = lease.New(store, cfg.Lease)
 
 	s.grpc = grpc.NewServer(append(o.grpcOptions(&cfg),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
@@ -155,11 +164,15 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 	pb.RegisterMaintenanceServer(s.grpc, maintenance.New(store, db, s.hdr))
 	pb.RegisterClusterServer(s.grpc, cluster.New(store, s.hdr,
 		cluster.Self(s.hdr.MemberID, cfg.Name, urlStrings(cfg.AdvertiseClientURLs), nil)))
+	pb.RegisterLeaseServer(s.grpc, leasesvc.New(s.lessor, s.hdr))
 	return s, nil
 }
 
 // Store exposes the data model, for tests and tools in this module.
 func (s *Server) Store() *mvcc.Store { return s.store }
+
+// Lessor exposes the lessor, for tests and tools in this module.
+func (s *Server) Lessor() *lease.Lessor { return s.lessor }
 
 // Header returns the identity stamped on responses.
 func (s *Server) Header() header.Filler { return s.hdr }
@@ -278,6 +291,7 @@ func (s *Server) Stop() {
 		}
 		s.mu.Unlock()
 		s.serving.Wait()
+		s.lessor.Stop()
 		s.store.Close()
 		if err := s.db.Close(); err != nil && !errors.Is(err, storage.ErrClosed) {
 			s.lg.Warn("closing storage", zap.Error(err))

@@ -33,6 +33,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&advertise, "advertise-client-urls", "", "comma-separated client URLs to advertise (default: the listen URLs)")
 	maxReq := fs.Uint("max-request-bytes", 1.5*1024*1024, "maximum client request size in bytes the server will accept")
 	fs.IntVar(&c.server.MaxTxnOps, "max-txn-ops", 128, "maximum number of operations permitted in a transaction")
+	heartbeat := fs.Uint("heartbeat-interval", 100, "time (in milliseconds) of a heartbeat interval; with --election-timeout it sets the minimum lease TTL as in etcd")
+	election := fs.Uint("election-timeout", 1000, "time (in milliseconds) for an election to timeout; leases are extended by it when lease expiry changes hands")
 	fs.DurationVar(&c.server.GRPCKeepAliveMinTime, "grpc-keepalive-min-time", 5*time.Second, "minimum interval a client should wait before pinging the server")
 	fs.DurationVar(&c.server.GRPCKeepAliveInterval, "grpc-keepalive-interval", 2*time.Hour, "frequency of server-to-client pings to check if a connection is alive (0 to disable)")
 	fs.DurationVar(&c.server.GRPCKeepAliveTimeout, "grpc-keepalive-timeout", 20*time.Second, "additional wait after a keepalive ping before closing a non-responsive connection")
@@ -52,6 +54,9 @@ func parseFlags(args []string) (*config, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	c.server.MaxRequestBytes = int(*maxReq)
+	if err := leaseTiming(&c.server, *heartbeat, *election); err != nil {
+		return nil, err
+	}
 	var err error
 	if c.server.ListenClientURLs, err = parseURLs(listen); err != nil {
 		return nil, fmt.Errorf("--listen-client-urls: %w", err)
@@ -106,4 +111,21 @@ func urlList(us []url.URL) []string {
 		out[i] = u.String()
 	}
 	return out
+}
+
+// leaseTiming derives the lessor's minimum TTL and promotion extension from
+// etcd's raft timing flags, with etcd's formulas and validation: the minimum
+// TTL is 1.5 election timeouts in whole heartbeats, rounded up to seconds.
+func leaseTiming(c *server.Config, heartbeatMs, electionMs uint) error {
+	if heartbeatMs == 0 || electionMs == 0 {
+		return fmt.Errorf("--heartbeat-interval and --election-timeout must be positive")
+	}
+	if 5*heartbeatMs > electionMs {
+		return fmt.Errorf("--election-timeout[%vms] should be at least as 5 times as --heartbeat-interval[%vms]", electionMs, heartbeatMs)
+	}
+	ticks := electionMs / heartbeatMs
+	minTTL := time.Duration((3*ticks)/2*heartbeatMs) * time.Millisecond
+	c.Lease.MinTTL = int64((minTTL + time.Second - 1) / time.Second)
+	c.Lease.Extend = time.Duration(electionMs) * time.Millisecond
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 )
 
@@ -27,6 +28,8 @@ var table = []mapping{
 	{mvcc.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
 	{mvcc.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
 	{mvcc.ErrStopped, rpctypes.ErrGRPCStopped},
+	{lease.ErrLeaseExists, rpctypes.ErrGRPCLeaseExist},
+	{lease.ErrLeaseTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
 }
 
 // ToGRPC maps err onto etcd's gRPC error. Context errors pass through so gRPC

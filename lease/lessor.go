@@ -1,0 +1,455 @@
+// Package lease is etcd's lessor over the storage interface: leases are
+// granted, renewed and revoked in storage, so every fdb-etcd process sharing
+// a store sees the same leases, and their deadlines survive restarts.
+//
+// Durability. A lease's deadline is stored with it. A keep-alive is
+// acknowledged only once a deadline of at least now+TTL is durable: if the
+// stored deadline already covers that, the keep-alive is answered from a read
+// alone; otherwise it joins a group commit that writes now+TTL+slack (slack
+// is min(RenewSlack, TTL/4)), so a client renewing back to back costs one
+// write per slack period. The price is that a lease may outlive its last
+// keep-alive by up to the slack. etcd instead keeps renewals in memory and
+// resets every lease to its full TTL on restart or leader change; here a
+// restart keeps the remaining TTL (kine #581).
+//
+// Expiry. Exactly one lessor expires leases at a time: the owner recorded in
+// a singleton key with an epoch and a held-until time that it renews every
+// RenewInterval. Another lessor takes over, with the next epoch, only once
+// held-until has passed. Each expiry is a mvcc revoke (all keys in one
+// revision) whose fence re-reads the ownership key and the lease's deadline
+// in the same transaction, so a deposed owner never deletes and a lease
+// renewed at another process in the meantime survives. A new owner first
+// extends every lease like etcd's Promote(extend): deadline' =
+// max(deadline, now) + Extend, so no lease expires early because of a
+// failover or restart. The owner's expiry timers come from a window of the
+// deadline index (deadlines within ScanInterval) re-read at each wake; since
+// ScanInterval <= MinTTL, a lease granted anywhere is seen before it is due.
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.uber.org/zap"
+
+	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/revision"
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+// MaxLeaseTTL is etcd's largest lease TTL, in seconds.
+const MaxLeaseTTL = 9_000_000_000
+
+// Domain errors; server/errmap maps them onto etcd's gRPC errors.
+var (
+	ErrLeaseExists      = errors.New("lease: lease already exists")
+	ErrLeaseTTLTooLarge = errors.New("lease: too large lease TTL")
+	// ErrLeaseNotFound is mvcc's, so a revoke and a lessor call fail alike.
+	ErrLeaseNotFound = mvcc.ErrLeaseNotFound
+	// ErrStopped is returned after Stop.
+	ErrStopped = mvcc.ErrStopped
+)
+
+// Config tunes a Lessor. The zero value is etcd's defaults.
+type Config struct {
+	Logger *zap.Logger
+	// Clock defaults to the system clock.
+	Clock Clock
+	// MinTTL is the smallest TTL granted, in seconds; shorter requests are
+	// raised to it. etcd derives it from its election timeout: with the
+	// default 100 ms heartbeat and 1 s election timeout it is 2.
+	MinTTL int64
+	// Extend is added to every lease's remaining time when a lessor becomes
+	// the owner (etcd's Promote(electionTimeout)); default 1 s.
+	Extend time.Duration
+	// OwnerTTL is how long ownership lasts without renewal, so the longest
+	// failover; default 5 s. RenewInterval is how often the owner renews and
+	// the others check; default OwnerTTL/4.
+	OwnerTTL      time.Duration
+	RenewInterval time.Duration
+	// ScanInterval bounds the time between two reads of the deadline index
+	// by the owner; it is capped at MinTTL. Default 1 s.
+	ScanInterval time.Duration
+	// RenewSlack is how far beyond now+TTL a keep-alive writes the deadline,
+	// so that back-to-back keep-alives are answered from a read; capped at
+	// TTL/4 per lease. Default 1 s; negative means none.
+	RenewSlack time.Duration
+	// WriteBatch bounds the grants and renewals in one group commit.
+	WriteBatch int
+	// ExpireBatch bounds the leases one expiry pass handles before it
+	// re-reads the index; ExpireConcurrency the revokes in flight.
+	ExpireBatch       int
+	ExpireConcurrency int
+	// PromotePage bounds the leases one promotion transaction extends.
+	PromotePage int
+	// ID identifies this lessor as an owner; zero picks a random one.
+	ID uint64
+}
+
+func (c *Config) defaults() {
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Clock == nil {
+		c.Clock = RealClock{}
+	}
+	if c.MinTTL <= 0 {
+		c.MinTTL = 2
+	}
+	if c.Extend <= 0 {
+		c.Extend = time.Second
+	}
+	if c.OwnerTTL <= 0 {
+		c.OwnerTTL = 5 * time.Second
+	}
+	if c.RenewInterval <= 0 || c.RenewInterval > c.OwnerTTL/2 {
+		c.RenewInterval = c.OwnerTTL / 4
+	}
+	if c.ScanInterval <= 0 {
+		c.ScanInterval = time.Second
+	}
+	c.ScanInterval = min(c.ScanInterval, ttlDuration(c.MinTTL))
+	if c.RenewSlack == 0 {
+		c.RenewSlack = time.Second
+	}
+	if c.RenewSlack < 0 {
+		c.RenewSlack = 0
+	}
+	if c.WriteBatch <= 0 {
+		c.WriteBatch = 1024
+	}
+	if c.ExpireBatch <= 0 {
+		c.ExpireBatch = 1000
+	}
+	if c.ExpireConcurrency <= 0 {
+		c.ExpireConcurrency = 32
+	}
+	if c.PromotePage <= 0 {
+		c.PromotePage = 1000
+	}
+	for c.ID == 0 {
+		c.ID = rand.Uint64()
+	}
+}
+
+// Store is what the lessor needs from the data model.
+type Store interface {
+	DB() storage.DB
+	Revoke(ctx context.Context, r *mvcc.RevokeRequest) (*pb.LeaseRevokeResponse, error)
+}
+
+// Lessor grants, renews, revokes and expires leases.
+type Lessor struct {
+	cfg   Config
+	lg    *zap.Logger
+	clock Clock
+	store Store
+	db    storage.DB
+
+	writes     chan *writeReq
+	writerDone chan struct{}
+	stop       chan struct{}
+	ctx        context.Context
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	stopOnce   sync.Once
+
+	// own is the run loop's view of ownership; the loop alone writes it.
+	mu          sync.Mutex
+	own         ownState
+	skipRelease bool // tests: stop as if the process died
+}
+
+type ownState struct {
+	owned    bool
+	epoch    uint64
+	promoted bool   // the epoch's promotion finished
+	cursor   []byte // the promotion's next lease record
+}
+
+// New starts a lessor on store. Stop it before closing the store.
+func New(store Store, cfg Config) *Lessor {
+	cfg.defaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Lessor{
+		cfg: cfg, lg: cfg.Logger, clock: cfg.Clock, store: store, db: store.DB(),
+		writes: make(chan *writeReq, cfg.WriteBatch), writerDone: make(chan struct{}),
+		stop: make(chan struct{}),
+		ctx:  ctx, cancel: cancel,
+	}
+	l.wg.Add(2)
+	go l.writer()
+	go l.run()
+	return l
+}
+
+// Stop ends expiry, hands ownership back so another lessor (or this store's
+// next process) takes over at once, and fails further calls with ErrStopped.
+func (l *Lessor) Stop() {
+	l.stopOnce.Do(func() {
+		close(l.stop)
+		l.cancel()
+		l.wg.Wait()
+	})
+}
+
+// Owner reports whether this lessor currently expires leases, and its epoch.
+func (l *Lessor) Owner() (bool, uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.own.owned && l.own.promoted, l.own.epoch
+}
+
+func (l *Lessor) stopped() bool {
+	select {
+	case <-l.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Granted is a granted lease.
+type Granted struct {
+	ID  int64
+	TTL int64
+	// Revision is the current revision when the grant committed.
+	Revision int64
+}
+
+// Grant grants a lease with the given ID, or a generated one if id is 0.
+func (l *Lessor) Grant(ctx context.Context, id, ttl int64) (Granted, error) {
+	if ttl > MaxLeaseTTL {
+		return Granted{}, ErrLeaseTTLTooLarge
+	}
+	ttl = max(ttl, l.cfg.MinTTL)
+	for attempt := 0; ; attempt++ {
+		gid := id
+		if gid == 0 {
+			gid = rand.Int64N(1<<63-1) + 1 // positive, like etcd's
+		}
+		res, err := l.submit(ctx, &writeReq{grant: true, id: gid, ttl: ttl, nonce: rand.Uint64() | 1})
+		if errors.Is(err, ErrLeaseExists) && id == 0 && attempt < 10 {
+			continue
+		}
+		if err != nil {
+			return Granted{}, err
+		}
+		return Granted{ID: gid, TTL: ttl, Revision: res.rev}, nil
+	}
+}
+
+// Revoke deletes the lease and all its keys in one revision, and returns the
+// revision after it.
+func (l *Lessor) Revoke(ctx context.Context, id int64) (int64, error) {
+	if l.stopped() {
+		return 0, ErrStopped
+	}
+	resp, err := l.store.Revoke(ctx, &mvcc.RevokeRequest{ID: id})
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
+// Renew renews a lease for its TTL and returns the TTL and the revision read
+// before the renewal; an unknown lease is ErrLeaseNotFound.
+func (l *Lessor) Renew(ctx context.Context, id int64) (ttl, rev int64, err error) {
+	if l.stopped() {
+		return 0, 0, ErrStopped
+	}
+	var rec record
+	var found bool
+	err = l.db.View(ctx, func(tx storage.ReadTx) error {
+		vals, err := tx.GetMany([][]byte{keyspace.Lease(id), keyspace.Head})
+		if err != nil {
+			return err
+		}
+		h, err := revision.DecodeHead(vals[1])
+		if err != nil {
+			return err
+		}
+		rev, found = h.Rev, vals[0] != nil
+		if found {
+			rec, err = decodeRecord(vals[0])
+		}
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if !found {
+		return 0, rev, ErrLeaseNotFound
+	}
+	now := l.clock.Now().UnixMicro()
+	if rec.Deadline >= addSat(now, ttlDuration(rec.TTL)) {
+		return rec.TTL, rev, nil // a durable deadline already covers it
+	}
+	res, err := l.submit(ctx, &writeReq{id: id})
+	if err != nil {
+		return 0, rev, err
+	}
+	return res.ttl, rev, nil
+}
+
+// Status is a lease's state as LeaseTimeToLive reports it.
+type Status struct {
+	ID         int64
+	TTL        int64 // remaining seconds
+	GrantedTTL int64
+	Keys       [][]byte
+	Revision   int64
+}
+
+// attachPage bounds the attachments read per transaction.
+const attachPage = 10_000
+
+// TimeToLive returns a lease's remaining TTL and, with keys, its keys; an
+// unknown lease is ErrLeaseNotFound.
+func (l *Lessor) TimeToLive(ctx context.Context, id int64, keys bool) (Status, error) {
+	st := Status{ID: id}
+	var rec record
+	var found bool
+	prefix := keyspace.AttachPrefix(id)
+	end := storage.Strinc(prefix)
+	var cursor []byte
+	err := l.db.View(ctx, func(tx storage.ReadTx) error {
+		st.Keys, cursor = nil, nil
+		vals, err := tx.GetMany([][]byte{keyspace.Lease(id), keyspace.Head})
+		if err != nil {
+			return err
+		}
+		h, err := revision.DecodeHead(vals[1])
+		if err != nil {
+			return err
+		}
+		st.Revision, found = h.Rev, vals[0] != nil
+		if !found {
+			return nil
+		}
+		if rec, err = decodeRecord(vals[0]); err != nil {
+			return err
+		}
+		if keys {
+			st.Keys, cursor, err = readAttached(tx, prefix, end, len(prefix))
+		}
+		return err
+	})
+	for err == nil && cursor != nil {
+		var page [][]byte
+		var next []byte
+		err = l.db.View(ctx, func(tx storage.ReadTx) error {
+			var err error
+			page, next, err = readAttached(tx, cursor, end, len(prefix))
+			return err
+		})
+		st.Keys = append(st.Keys, page...)
+		cursor = next
+	}
+	if err != nil {
+		return Status{}, err
+	}
+	if !found {
+		return Status{ID: id, Revision: st.Revision}, ErrLeaseNotFound
+	}
+	remaining := (rec.Deadline - l.clock.Now().UnixMicro()) / 1e6 // truncated, as etcd's
+	st.TTL = min(max(remaining, 0), rec.TTL)
+	st.GrantedTTL = rec.TTL
+	return st, nil
+}
+
+// readAttached reads one page of attachments; next is nil after the last.
+func readAttached(tx storage.ReadTx, from, end []byte, prefixLen int) (keys [][]byte, next []byte, err error) {
+	kvs, err := tx.GetRange(from, end, storage.RangeOptions{Limit: attachPage})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, kv := range kvs {
+		keys = append(keys, kv.Key[prefixLen:])
+	}
+	if len(kvs) == attachPage {
+		next = append(kvs[len(kvs)-1].Key, 0)
+	}
+	return keys, next, nil
+}
+
+// leasePage bounds the lease records read per transaction.
+const leasePage = 10_000
+
+// Leases lists every lease ID, soonest deadline first (etcd's order), and
+// the current revision.
+func (l *Lessor) Leases(ctx context.Context) ([]int64, int64, error) {
+	type item struct {
+		id       int64
+		deadline int64
+	}
+	var items []item
+	var rev int64
+	begin, end := keyspace.LeaseAll()
+	first := true
+	for begin != nil {
+		var page []item
+		var next []byte
+		err := l.db.View(ctx, func(tx storage.ReadTx) error {
+			page, next = nil, nil
+			if first {
+				h, err := revision.ReadHead(tx)
+				if err != nil {
+					return err
+				}
+				rev = h.Rev
+			}
+			kvs, err := tx.GetRange(begin, end, storage.RangeOptions{Limit: leasePage})
+			if err != nil {
+				return err
+			}
+			for _, kv := range kvs {
+				id, err := keyspace.ParseLease(kv.Key)
+				if err != nil {
+					return err
+				}
+				rec, err := decodeRecord(kv.Value)
+				if err != nil {
+					return fmt.Errorf("lease %d: %w", id, err)
+				}
+				page = append(page, item{id, rec.Deadline})
+			}
+			if len(kvs) == leasePage {
+				next = append(kvs[len(kvs)-1].Key, 0)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		items = append(items, page...)
+		begin, first = next, false
+	}
+	slices.SortFunc(items, func(a, b item) int {
+		if a.deadline != b.deadline {
+			if a.deadline < b.deadline {
+				return -1
+			}
+			return 1
+		}
+		if a.id < b.id {
+			return -1
+		}
+		if a.id > b.id {
+			return 1
+		}
+		return 0
+	})
+	ids := make([]int64, len(items))
+	for i, it := range items {
+		ids[i] = it.id
+	}
+	return ids, rev, nil
+}

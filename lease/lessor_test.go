@@ -1,0 +1,855 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/lease/leasetest"
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/storage"
+	"github.com/fdb-etcd/fdb-etcd/storage/faulty"
+	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
+)
+
+// world is several lessors (fdb-etcd processes) on one store. Each has its
+// own fake clock, all advanced together, so that each clock has exactly one
+// sleeping loop to wait for and a test can also let one process fall behind.
+type world struct {
+	t     *testing.T
+	db    storage.DB
+	now   time.Time
+	nodes []*node
+}
+
+type node struct {
+	w     *world
+	l     *Lessor
+	store *mvcc.Store
+	clk   *leasetest.Clock
+	dead  bool
+}
+
+var epoch0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func openPebble(t *testing.T, dir string) storage.DB {
+	t.Helper()
+	db, err := pebble.Open(dir, pebble.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func newWorld(t *testing.T, db storage.DB) *world {
+	t.Helper()
+	if db == nil {
+		db = openPebble(t, t.TempDir())
+	}
+	w := &world{t: t, db: db, now: epoch0}
+	t.Cleanup(func() {
+		for _, n := range w.nodes {
+			n.stop()
+		}
+		_ = db.Close()
+	})
+	return w
+}
+
+func (w *world) cfg(c Config) Config {
+	c.Logger = zaptest.NewLogger(w.t, zaptest.Level(zap.WarnLevel))
+	return c
+}
+
+// add starts a lessor and waits until its loop sleeps.
+func (w *world) add(c Config) *node {
+	w.t.Helper()
+	store, err := mvcc.Open(w.db, mvcc.Config{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	n := &node{w: w, store: store, clk: leasetest.NewClock(w.now)}
+	c = w.cfg(c)
+	c.Clock = n.clk
+	n.l = New(store, c)
+	w.nodes = append(w.nodes, n)
+	n.clk.BlockUntil(w.t, 1)
+	return n
+}
+
+func (n *node) stop() {
+	if n.dead {
+		return
+	}
+	n.dead = true
+	n.l.Stop()
+	n.store.Close()
+}
+
+// crash stops a lessor as if its process died: ownership is not handed back.
+func (n *node) crash() {
+	n.l.mu.Lock()
+	n.l.skipRelease = true
+	n.l.mu.Unlock()
+	n.stop()
+}
+
+// advance moves every live clock and waits for every loop to sleep again.
+func (w *world) advance(d time.Duration) {
+	w.t.Helper()
+	w.now = w.now.Add(d)
+	for _, n := range w.nodes {
+		if !n.dead {
+			n.clk.Advance(d)
+			n.clk.BlockUntil(w.t, 1)
+		}
+	}
+}
+
+// step advances in small steps, so that loops wake at their own deadlines.
+func (w *world) step(d, by time.Duration) {
+	w.t.Helper()
+	for d > 0 {
+		s := min(d, by)
+		w.advance(s)
+		d -= s
+	}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func (n *node) put(t *testing.T, key string, id int64) int64 {
+	t.Helper()
+	r, err := n.store.Put(ctx(t), &pb.PutRequest{Key: []byte(key), Value: []byte("v-" + key), Lease: id})
+	if err != nil {
+		t.Fatalf("put %s lease %d: %v", key, id, err)
+	}
+	return r.Header.Revision
+}
+
+func (n *node) grant(t *testing.T, id, ttl int64) Granted {
+	t.Helper()
+	g, err := n.l.Grant(ctx(t), id, ttl)
+	if err != nil {
+		t.Fatalf("grant %d ttl %d: %v", id, ttl, err)
+	}
+	return g
+}
+
+func (n *node) count(t *testing.T, prefix string) int64 {
+	t.Helper()
+	r, err := n.store.Range(ctx(t), &pb.RangeRequest{Key: []byte(prefix), RangeEnd: []byte(prefix + "\xff"), CountOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Count
+}
+
+func (n *node) alive(t *testing.T, id int64) bool {
+	t.Helper()
+	_, err := n.l.TimeToLive(ctx(t), id, false)
+	if errors.Is(err, ErrLeaseNotFound) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return true
+}
+
+func (n *node) rev(t *testing.T) int64 {
+	t.Helper()
+	rev, _, err := n.store.Rev(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+// deletes returns, per revision in (from, head], the keys it deleted.
+func (n *node) deletes(t *testing.T, from int64) map[int64][]string {
+	t.Helper()
+	evs, _, err := n.store.ReadEvents(ctx(t), from+1, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int64][]string{}
+	for _, re := range evs {
+		for _, ev := range re.Events {
+			if ev.Type != mvccpb.DELETE {
+				continue
+			}
+			if ev.PrevKv == nil || string(ev.PrevKv.Value) != "v-"+string(ev.Kv.Key) {
+				t.Errorf("rev %d: DELETE of %q without its prev_kv: %v", re.Rev, ev.Kv.Key, ev.PrevKv)
+			}
+			out[re.Rev] = append(out[re.Rev], string(ev.Kv.Key))
+		}
+	}
+	return out
+}
+
+func indexEntries(t *testing.T, db storage.DB) []indexEntry {
+	t.Helper()
+	var out []indexEntry
+	err := db.View(ctx(t), func(tx storage.ReadTx) error {
+		out = nil
+		kvs, err := tx.GetRange(indexPrefix, indexEnd, storage.RangeOptions{})
+		for _, kv := range kvs {
+			d, id, err := parseIndex(kv.Key)
+			if err != nil {
+				return err
+			}
+			out = append(out, indexEntry{d, id})
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func storedRecord(t *testing.T, db storage.DB, id int64) (record, bool) {
+	t.Helper()
+	var v []byte
+	err := db.View(ctx(t), func(tx storage.ReadTx) error {
+		var err error
+		v, err = tx.Get(keyspace.Lease(id))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v == nil {
+		return record{}, false
+	}
+	rec, err := decodeRecord(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec, true
+}
+
+func TestGrantSemantics(t *testing.T) {
+	w := newWorld(t, nil)
+	n := w.add(Config{})
+	c := ctx(t)
+
+	g := n.grant(t, 100, 60)
+	if g.ID != 100 || g.TTL != 60 || g.Revision != 1 {
+		t.Fatalf("grant = %+v", g)
+	}
+	if _, err := n.l.Grant(c, 100, 30); !errors.Is(err, ErrLeaseExists) {
+		t.Fatalf("duplicate grant: %v, want ErrLeaseExists", err)
+	}
+	if _, err := n.l.Grant(c, 101, MaxLeaseTTL+1); !errors.Is(err, ErrLeaseTTLTooLarge) {
+		t.Fatalf("huge TTL: %v, want ErrLeaseTTLTooLarge", err)
+	}
+	if g := n.grant(t, 102, MaxLeaseTTL); g.TTL != MaxLeaseTTL {
+		t.Fatalf("max TTL grant = %+v", g)
+	}
+	for _, ttl := range []int64{1, 0, -5} {
+		if g := n.grant(t, 200+ttl, ttl); g.TTL != 2 {
+			t.Fatalf("ttl %d granted as %d, want the minimum 2", ttl, g.TTL)
+		}
+	}
+	seen := map[int64]bool{}
+	for range 50 {
+		g := n.grant(t, 0, 10)
+		if g.ID <= 0 || seen[g.ID] {
+			t.Fatalf("generated ID %d (seen before: %t)", g.ID, seen[g.ID])
+		}
+		seen[g.ID] = true
+	}
+	if g := n.grant(t, -7, 10); g.ID != -7 {
+		t.Fatalf("negative ID grant = %+v", g)
+	}
+
+	st, err := n.l.TimeToLive(c, 100, true)
+	if err != nil || st.TTL != 60 || st.GrantedTTL != 60 || len(st.Keys) != 0 {
+		t.Fatalf("TimeToLive = %+v, %v", st, err)
+	}
+	n.put(t, "b", 100)
+	n.put(t, "a", 100)
+	st, err = n.l.TimeToLive(c, 100, true)
+	if err != nil || len(st.Keys) != 2 || string(st.Keys[0]) != "a" || string(st.Keys[1]) != "b" || st.Revision != 3 {
+		t.Fatalf("TimeToLive with keys = %+v, %v", st, err)
+	}
+	if st, err := n.l.TimeToLive(c, 4242, true); !errors.Is(err, ErrLeaseNotFound) || st.Revision != 3 {
+		t.Fatalf("TimeToLive of unknown lease: %+v, %v", st, err)
+	}
+	if st, _ := n.l.TimeToLive(c, 102, false); st.TTL != MaxLeaseTTL {
+		t.Fatalf("TimeToLive of a max-TTL lease = %+v", st)
+	}
+
+	// Leases come soonest deadline first, like etcd's.
+	w.advance(time.Second)
+	n.grant(t, 300, 5)
+	ids, rev, err := n.l.Leases(c)
+	if err != nil || rev != 3 {
+		t.Fatal(err, rev)
+	}
+	if len(ids) != 1+1+3+50+1+1 {
+		t.Fatalf("%d leases", len(ids))
+	}
+	want := []int64{195, 200, 201, 300}
+	for i, id := range want {
+		if ids[i] != id {
+			t.Fatalf("leases start %v, want %v", ids[:len(want)], want)
+		}
+	}
+	if ids[len(ids)-1] != 102 {
+		t.Fatalf("last lease %d, want 102 (max TTL)", ids[len(ids)-1])
+	}
+
+	// Revoke deletes the keys in one revision.
+	rev, err = n.l.Revoke(c, 100)
+	if err != nil || rev != 4 {
+		t.Fatalf("revoke: rev %d, %v", rev, err)
+	}
+	if d := n.deletes(t, 3); len(d) != 1 || len(d[4]) != 2 {
+		t.Fatalf("revoke deletes = %v", d)
+	}
+	if _, err := n.l.Revoke(c, 100); !errors.Is(err, ErrLeaseNotFound) {
+		t.Fatalf("second revoke: %v", err)
+	}
+	if rev, err := n.l.Revoke(c, 300); err != nil || rev != 4 {
+		t.Fatalf("revoke without keys: rev %d, %v (no new revision)", rev, err)
+	}
+	if _, err := n.store.Put(c, &pb.PutRequest{Key: []byte("x"), Lease: 100}); !errors.Is(err, mvcc.ErrLeaseNotFound) {
+		t.Fatalf("put with revoked lease: %v", err)
+	}
+	if _, _, err := n.l.Renew(c, 100); !errors.Is(err, ErrLeaseNotFound) {
+		t.Fatalf("renew of revoked lease: %v", err)
+	}
+}
+
+func TestExpiryDeletesAllKeysInOneRevision(t *testing.T) {
+	w := newWorld(t, nil)
+	n := w.add(Config{})
+	n.grant(t, 1, 10)
+	n.grant(t, 2, 20)
+	for i := range 5 {
+		n.put(t, fmt.Sprintf("k%d", i), 1)
+	}
+	n.put(t, "other", 2)
+	n.put(t, "plain", 0)
+	before := n.rev(t)
+
+	w.step(9500*time.Millisecond, 500*time.Millisecond)
+	if got := n.count(t, "k"); got != 5 || !n.alive(t, 1) {
+		t.Fatalf("lease 1 expired early: %d keys left", got)
+	}
+	w.step(time.Second, 100*time.Millisecond)
+	if got := n.count(t, "k"); got != 0 || n.alive(t, 1) {
+		t.Fatalf("lease 1 not expired at its deadline: %d keys left", got)
+	}
+	d := n.deletes(t, before)
+	if len(d) != 1 || len(d[before+1]) != 5 {
+		t.Fatalf("expiry deleted %v, want 5 keys in revision %d", d, before+1)
+	}
+	if n.count(t, "other") != 1 || n.count(t, "plain") != 1 || !n.alive(t, 2) {
+		t.Fatal("expiry touched another lease's keys")
+	}
+	w.step(10*time.Second, time.Second)
+	if n.count(t, "other") != 0 || n.alive(t, 2) {
+		t.Fatal("lease 2 not expired")
+	}
+	if es := indexEntries(t, w.db); len(es) != 0 {
+		t.Fatalf("index entries left after expiry: %v", es)
+	}
+}
+
+func TestKeepAlive(t *testing.T) {
+	w := newWorld(t, nil)
+	n := w.add(Config{})
+	c := ctx(t)
+	n.grant(t, 1, 10)
+	n.put(t, "k", 1)
+
+	w.advance(8 * time.Second)
+	ttl, rev, err := n.l.Renew(c, 1)
+	if err != nil || ttl != 10 || rev != 2 {
+		t.Fatalf("renew: ttl %d rev %d %v", ttl, rev, err)
+	}
+	rec, _ := storedRecord(t, w.db, 1)
+	if want := epoch0.Add(18*time.Second + time.Second).UnixMicro(); rec.Deadline != want {
+		t.Fatalf("deadline after renew = %v, want now+TTL+slack %v", time.UnixMicro(rec.Deadline), time.UnixMicro(want))
+	}
+	// Back-to-back renewals are covered by the durable deadline: no write.
+	w.advance(500 * time.Millisecond)
+	if ttl, _, err := n.l.Renew(c, 1); err != nil || ttl != 10 {
+		t.Fatal(ttl, err)
+	}
+	if rec2, _ := storedRecord(t, w.db, 1); rec2.Deadline != rec.Deadline {
+		t.Fatal("a covered renewal wrote the deadline")
+	}
+	if st, _ := n.l.TimeToLive(c, 1, false); st.TTL != 10 {
+		t.Fatalf("TimeToLive after renew = %d, want 10 (capped at the granted TTL)", st.TTL)
+	}
+	// The lease lives until the renewed deadline, not the granted one.
+	w.step(10*time.Second, 500*time.Millisecond) // now 18.5 s
+	if !n.alive(t, 1) || n.count(t, "k") != 1 {
+		t.Fatal("renewed lease expired at its old deadline")
+	}
+	w.step(time.Second, 100*time.Millisecond) // 19.5 s > 8+10+1
+	if n.alive(t, 1) || n.count(t, "k") != 0 {
+		t.Fatal("renewed lease not expired at its new deadline")
+	}
+	if _, _, err := n.l.Renew(c, 1); !errors.Is(err, ErrLeaseNotFound) {
+		t.Fatalf("renew after expiry: %v", err)
+	}
+	if _, _, err := n.l.Renew(c, 99); !errors.Is(err, ErrLeaseNotFound) {
+		t.Fatalf("renew of unknown lease: %v", err)
+	}
+}
+
+func TestRenewSlackIsCappedForShortLeases(t *testing.T) {
+	w := newWorld(t, nil)
+	n := w.add(Config{})
+	n.grant(t, 1, 2)
+	w.advance(time.Second)
+	if _, _, err := n.l.Renew(ctx(t), 1); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := storedRecord(t, w.db, 1)
+	if want := epoch0.Add(3*time.Second + 500*time.Millisecond).UnixMicro(); rec.Deadline != want {
+		t.Fatalf("deadline %v, want now+2s+TTL/4", time.UnixMicro(rec.Deadline))
+	}
+}
+
+// TestRestartKeepsRemainingTTL: a lease's deadline survives a restart; the
+// new process extends it by Extend (etcd's Promote) instead of resetting it
+// to the full TTL (kine #581).
+func TestRestartKeepsRemainingTTL(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash=%t", crash), func(t *testing.T) {
+			dir := t.TempDir()
+			db := openPebble(t, dir)
+			w := &world{t: t, db: db, now: epoch0}
+			n := w.add(Config{})
+			n.grant(t, 1, 100)
+			n.grant(t, 2, 62)
+			n.put(t, "k", 1)
+			n.put(t, "j", 2)
+			w.step(60*time.Second, 5*time.Second)
+			if crash {
+				n.crash()
+			} else {
+				n.stop()
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			w2 := newWorld(t, openPebble(t, dir))
+			w2.now = w.now
+			n2 := w2.add(Config{})
+			if crash {
+				// The dead owner's time must run out first (at most OwnerTTL).
+				if own, _ := n2.l.Owner(); own {
+					t.Fatal("took over from a crashed owner before its ownership lapsed")
+				}
+				w2.step(6*time.Second, time.Second)
+			}
+			if own, epoch := n2.l.Owner(); !own || epoch != 2 {
+				t.Fatalf("restarted lessor: owner %t epoch %d, want epoch 2", own, epoch)
+			}
+			st, err := n2.l.TimeToLive(ctx(t), 1, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			elapsed := w2.now.Sub(epoch0)
+			want := int64((100*time.Second + time.Second - elapsed) / time.Second)
+			if st.TTL != want && st.TTL != want-1 {
+				t.Fatalf("TTL after restart = %d, want %d: remaining plus Extend, not reset to 100", st.TTL, want)
+			}
+			// Lease 2 was due at 62 s: after a crash (restart at 65 s) it
+			// gets Extend from the takeover, never less.
+			if crash {
+				if !n2.alive(t, 2) {
+					t.Fatal("lease 2 expired before its extension")
+				}
+				w2.step(time.Second, 100*time.Millisecond)
+				if n2.alive(t, 2) || n2.count(t, "j") != 0 {
+					t.Fatal("lease 2 not expired after its extension")
+				}
+			} else {
+				w2.step(2500*time.Millisecond, 100*time.Millisecond) // 62.5 s: 62 + Extend not reached
+				if !n2.alive(t, 2) {
+					t.Fatal("lease 2 expired before deadline + Extend")
+				}
+				w2.step(600*time.Millisecond, 100*time.Millisecond)
+				if n2.alive(t, 2) {
+					t.Fatal("lease 2 not expired at deadline + Extend")
+				}
+			}
+			// Lease 1: deadline 100 s + Extend.
+			w2.step(epoch0.Add(100*time.Second+900*time.Millisecond).Sub(w2.now), time.Second)
+			if !n2.alive(t, 1) || n2.count(t, "k") != 1 {
+				t.Fatal("lease 1 expired before deadline + Extend")
+			}
+			w2.step(200*time.Millisecond, 100*time.Millisecond)
+			if n2.alive(t, 1) || n2.count(t, "k") != 0 {
+				t.Fatal("lease 1 not expired at deadline + Extend")
+			}
+		})
+	}
+}
+
+// TestTwoLessorsExpireExactlyOnce runs two processes on one store: grants
+// and renewals arrive at both, one of them expires, each lease's keys go in
+// exactly one revision.
+func TestTwoLessorsExpireExactlyOnce(t *testing.T) {
+	w := newWorld(t, nil)
+	a := w.add(Config{})
+	b := w.add(Config{})
+	if own, _ := a.l.Owner(); !own {
+		t.Fatal("first lessor does not own expiry")
+	}
+	if own, _ := b.l.Owner(); own {
+		t.Fatal("two owners")
+	}
+	const leases = 20
+	for i := int64(1); i <= leases; i++ {
+		n := a
+		if i%2 == 0 {
+			n = b
+		}
+		n.grant(t, i, 5+i%3)
+		for k := range 3 {
+			a.put(t, fmt.Sprintf("l%02d/%d", i, k), i)
+		}
+	}
+	before := a.rev(t)
+	// Lease 1 is kept alive through the non-owner.
+	for range 4 {
+		w.advance(2 * time.Second)
+		if _, _, err := b.l.Renew(ctx(t), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.step(3*time.Second, 500*time.Millisecond)
+	if !a.alive(t, 1) {
+		t.Fatal("lease renewed at the non-owner was expired")
+	}
+	d := a.deletes(t, before)
+	if len(d) != leases-1 {
+		t.Fatalf("%d expiry revisions, want %d: %v", len(d), leases-1, d)
+	}
+	for rev, keys := range d {
+		if len(keys) != 3 || !strings.HasPrefix(keys[1], keys[0][:3]) || !strings.HasPrefix(keys[2], keys[0][:3]) {
+			t.Fatalf("revision %d deleted %v, want one lease's 3 keys", rev, keys)
+		}
+	}
+	// The non-owner cannot expire: its fence fails.
+	a.grant(t, 99, 2)
+	a.put(t, "x", 99)
+	w.advance(3 * time.Second)
+	if a.alive(t, 99) {
+		t.Fatal("lease 99 not expired")
+	}
+	b.grant(t, 98, 2)
+	b.put(t, "y", 98)
+	w.now = w.now.Add(3 * time.Second)
+	for _, n := range w.nodes {
+		n.clk.Advance(3 * time.Second) // both clocks past the deadline ...
+	}
+	// ... but let b try first, with whatever epoch it believes in.
+	if out := b.l.expire(1, 98, b.clk.Now().UnixMicro()); out != outNotOwner {
+		t.Fatalf("non-owner's expiry: outcome %d, want fenced", out)
+	}
+	for _, n := range w.nodes {
+		n.clk.BlockUntil(t, 1)
+	}
+	if a.alive(t, 98) || a.count(t, "y") != 0 {
+		t.Fatal("lease 98 not expired by the owner")
+	}
+}
+
+// TestFailover: the owner dies; the other process takes over once the
+// ownership times out, extends every lease, and expires them.
+func TestFailover(t *testing.T) {
+	w := newWorld(t, nil)
+	a := w.add(Config{})
+	b := w.add(Config{})
+	a.grant(t, 1, 8)
+	a.grant(t, 2, 30)
+	a.put(t, "one", 1)
+	a.put(t, "two", 2)
+	w.step(4*time.Second, time.Second)
+	a.crash()
+
+	// a renewed at 4 s at the latest: b may take over from 9 s.
+	w.step(4500*time.Millisecond, 500*time.Millisecond) // 8.5 s
+	if own, _ := b.l.Owner(); own {
+		t.Fatal("b took over while a's ownership was still valid")
+	}
+	if !b.alive(t, 1) {
+		t.Fatal("lease 1 expired with no owner")
+	}
+	w.step(1500*time.Millisecond, 500*time.Millisecond) // 10 s
+	own, epoch := b.l.Owner()
+	if !own || epoch != 2 {
+		t.Fatalf("b: owner %t epoch %d", own, epoch)
+	}
+	// Lease 1 was due at 8 s, during the failover: the takeover at ~9-10 s
+	// gave it Extend (1 s) from then.
+	rec, _ := storedRecord(t, w.db, 1)
+	if rec.Epoch != 2 || rec.Deadline < epoch0.Add(9*time.Second+time.Second).UnixMicro() {
+		t.Fatalf("lease 1 after takeover: %+v (deadline %v)", rec, time.UnixMicro(rec.Deadline))
+	}
+	if rec2, _ := storedRecord(t, w.db, 2); rec2.Deadline != epoch0.Add(31*time.Second).UnixMicro() {
+		t.Fatalf("lease 2 deadline %v, want 30 s + Extend", time.UnixMicro(rec2.Deadline))
+	}
+	w.step(2*time.Second, 100*time.Millisecond)
+	if b.alive(t, 1) || b.count(t, "one") != 0 {
+		t.Fatal("lease 1 not expired by the new owner")
+	}
+	w.step(epoch0.Add(30900*time.Millisecond).Sub(w.now), time.Second)
+	if !b.alive(t, 2) {
+		t.Fatal("lease 2 expired before 30 s + Extend")
+	}
+	w.step(200*time.Millisecond, 100*time.Millisecond)
+	if b.alive(t, 2) {
+		t.Fatal("lease 2 not expired")
+	}
+}
+
+// TestDeposedOwnerIsFenced: the owner stalls (its clock stops, as in a long
+// pause); another process takes over; the stalled one cannot delete.
+func TestDeposedOwnerIsFenced(t *testing.T) {
+	w := newWorld(t, nil)
+	a := w.add(Config{})
+	b := w.add(Config{})
+	a.grant(t, 1, 10)
+	a.put(t, "k", 1)
+	_, epochA := a.l.Owner()
+
+	// Only b's clock moves: a does not renew.
+	b.clk.Advance(7 * time.Second)
+	b.clk.BlockUntil(t, 1)
+	if own, epoch := b.l.Owner(); !own || epoch != epochA+1 {
+		t.Fatalf("b did not take over: %t %d", own, epoch)
+	}
+	if own, _ := a.l.Owner(); !own {
+		t.Fatal("a noticed too early; the test needs it to believe it owns")
+	}
+	// a wakes past the deadline, believing it owns expiry: it is fenced.
+	if out := a.l.expire(epochA, 1, epoch0.Add(20*time.Second).UnixMicro()); out != outNotOwner {
+		t.Fatalf("deposed owner's expiry: outcome %d", out)
+	}
+	if a.count(t, "k") != 1 {
+		t.Fatal("deposed owner deleted")
+	}
+	a.clk.Advance(7 * time.Second)
+	a.clk.BlockUntil(t, 1)
+	if own, _ := a.l.Owner(); own {
+		t.Fatal("a still believes it owns expiry")
+	}
+	// b extended lease 1 on takeover: due at 10 s + 1 s.
+	b.clk.Advance(3900 * time.Millisecond)
+	b.clk.BlockUntil(t, 1)
+	if !b.alive(t, 1) {
+		t.Fatal("expired before deadline + Extend")
+	}
+	b.clk.Advance(200 * time.Millisecond)
+	b.clk.BlockUntil(t, 1)
+	if b.alive(t, 1) || b.count(t, "k") != 0 {
+		t.Fatal("new owner did not expire")
+	}
+}
+
+// TestExpiryRacesRenewal: a renewal that commits before the expiry's
+// transaction keeps the lease; the fence re-reads the deadline.
+func TestExpiryRacesRenewal(t *testing.T) {
+	w := newWorld(t, nil)
+	a := w.add(Config{})
+	a.grant(t, 1, 5)
+	a.put(t, "k", 1)
+	_, epoch := a.l.Owner()
+	w.advance(4 * time.Second)
+	if _, _, err := a.l.Renew(ctx(t), 1); err != nil {
+		t.Fatal(err)
+	}
+	// An expiry decided on the stale deadline (5 s) is refused.
+	if out := a.l.expire(epoch, 1, epoch0.Add(5*time.Second).UnixMicro()); out != outRenewed {
+		t.Fatalf("outcome %d, want renewed", out)
+	}
+	if a.count(t, "k") != 1 {
+		t.Fatal("renewed lease's key deleted")
+	}
+}
+
+// TestStaleIndexEntriesAreCleared: a user revoke leaves the deadline entry
+// behind; the owner clears it when it comes due, and a re-granted lease
+// with the same ID is not expired by the old entry.
+func TestStaleIndexEntriesAreCleared(t *testing.T) {
+	w := newWorld(t, nil)
+	a := w.add(Config{})
+	a.grant(t, 1, 5)
+	if _, err := a.l.Revoke(ctx(t), 1); err != nil {
+		t.Fatal(err)
+	}
+	a.grant(t, 2, 5)
+	w.advance(time.Second)
+	a.grant(t, 1, 30) // same ID again
+	a.put(t, "k", 1)
+	if es := indexEntries(t, w.db); len(es) != 3 {
+		t.Fatalf("index = %v", es)
+	}
+	w.step(5*time.Second, 500*time.Millisecond)
+	if !a.alive(t, 1) || a.count(t, "k") != 1 {
+		t.Fatal("re-granted lease expired by its predecessor's deadline")
+	}
+	es := indexEntries(t, w.db)
+	if len(es) != 1 || es[0].id != 1 {
+		t.Fatalf("index after cleanup = %v", es)
+	}
+}
+
+// TestRevokeThousandKeysWithinLimits runs a 1,000-key lease through the
+// FoundationDB limits (and injected retries and unknown commit results),
+// by revoke and by expiry.
+func TestRevokeThousandKeysWithinLimits(t *testing.T) {
+	fdb := faulty.Wrap(openPebble(t, t.TempDir()), faulty.Options{Seed: 1, RetryProbability: 0.1, CommitUnknownProbability: 0.1})
+	w := newWorld(t, fdb)
+	a := w.add(Config{})
+	c := ctx(t)
+	key := func(l, i int) string {
+		return fmt.Sprintf("/registry/events/ns/%d/%s%06d", l, strings.Repeat("e", 150), i)
+	}
+	val := strings.Repeat("x", 1024)
+	for l := 1; l <= 2; l++ {
+		a.grant(t, int64(l), 3600)
+		for i := 0; i < 1000; i += 100 {
+			var ops []*pb.RequestOp
+			for j := i; j < i+100; j++ {
+				ops = append(ops, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{
+					Key: []byte(key(l, j)), Value: []byte(val), Lease: int64(l)}}})
+			}
+			if _, err := a.store.Txn(c, &pb.TxnRequest{Success: ops}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	st, err := a.l.TimeToLive(c, 1, true)
+	if err != nil || len(st.Keys) != 1000 {
+		t.Fatalf("TimeToLive: %d keys, %v", len(st.Keys), err)
+	}
+	before := a.rev(t)
+	if _, err := a.l.Revoke(c, 1); err != nil {
+		t.Fatal(err)
+	}
+	w.step(3601*time.Second, 1200*time.Second)
+	w.step(2*time.Second, 500*time.Millisecond)
+	evs, _, err := a.store.ReadEvents(c, before+1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 || len(evs[0].Events) != 1000 || len(evs[1].Events) != 1000 {
+		t.Fatalf("revoke + expiry: %d revisions", len(evs))
+	}
+	for _, re := range evs {
+		for _, ev := range re.Events {
+			if ev.Type != mvccpb.DELETE || ev.PrevKv == nil || len(ev.PrevKv.Value) != 1024 {
+				t.Fatalf("rev %d: bad event %v", re.Rev, ev)
+			}
+		}
+	}
+	if a.alive(t, 2) || a.count(t, "/registry/") != 0 {
+		t.Fatal("keys left")
+	}
+	if n := fdb.Stats.LimitErrors.Load(); n != 0 {
+		t.Fatalf("%d storage limit errors", n)
+	}
+	t.Logf("injected: %d retries, %d unknown results", fdb.Stats.Retries.Load(), fdb.Stats.Unknowns.Load())
+}
+
+// TestGrantIdempotentUnderUnknownResults: every commit reports "unknown
+// result" and is retried on top of itself; grants must not then report
+// their own lease as existing, and renewals must not double anything.
+func TestGrantIdempotentUnderUnknownResults(t *testing.T) {
+	fdb := faulty.Wrap(openPebble(t, t.TempDir()), faulty.Options{Seed: 2, CommitUnknownProbability: 1})
+	w := newWorld(t, fdb)
+	a := w.add(Config{})
+	for i := int64(1); i <= 20; i++ {
+		a.grant(t, i, 10)
+	}
+	g := a.grant(t, 0, 10)
+	ids, _, err := a.l.Leases(ctx(t))
+	if err != nil || len(ids) != 21 {
+		t.Fatalf("%d leases (%v), want 21", len(ids), err)
+	}
+	w.advance(5 * time.Second)
+	if _, _, err := a.l.Renew(ctx(t), g.ID); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := storedRecord(t, w.db, g.ID)
+	if rec.Deadline != epoch0.Add(16*time.Second).UnixMicro() {
+		t.Fatalf("deadline %v", time.UnixMicro(rec.Deadline))
+	}
+	if es := indexEntries(t, w.db); len(es) != 21 {
+		t.Fatalf("%d index entries, want 21", len(es))
+	}
+	if fdb.Stats.Unknowns.Load() == 0 {
+		t.Fatal("no unknown results injected")
+	}
+}
+
+func TestPromotionPagesAndIdempotence(t *testing.T) {
+	fdb := faulty.Wrap(openPebble(t, t.TempDir()), faulty.Options{Seed: 3})
+	w := newWorld(t, fdb)
+	a := w.add(Config{PromotePage: 7})
+	for i := int64(1); i <= 50; i++ {
+		a.grant(t, i, 100)
+	}
+	a.crash()
+	fdb.SetOptions(faulty.Options{Seed: 3, CommitUnknownProbability: 0.5, RetryProbability: 0.2})
+	w.now = w.now.Add(10 * time.Second)
+	b := w.add(Config{PromotePage: 7})
+	if own, epoch := b.l.Owner(); !own || epoch != 2 {
+		t.Fatalf("b owner %t epoch %d", own, epoch)
+	}
+	for i := int64(1); i <= 50; i++ {
+		rec, _ := storedRecord(t, w.db, i)
+		if rec.Epoch != 2 || rec.Deadline != epoch0.Add(101*time.Second).UnixMicro() {
+			t.Fatalf("lease %d after promotion: epoch %d deadline %v", i, rec.Epoch, time.UnixMicro(rec.Deadline))
+		}
+	}
+	if es := indexEntries(t, w.db); len(es) != 50 {
+		t.Fatalf("%d index entries", len(es))
+	}
+}
+
+func TestStopFailsCalls(t *testing.T) {
+	w := newWorld(t, nil)
+	a := w.add(Config{})
+	a.grant(t, 1, 10)
+	a.stop()
+	c := ctx(t)
+	if _, err := a.l.Grant(c, 2, 10); !errors.Is(err, ErrStopped) {
+		t.Fatalf("grant after stop: %v", err)
+	}
+	if _, _, err := a.l.Renew(c, 1); !errors.Is(err, ErrStopped) {
+		t.Fatalf("renew after stop: %v", err)
+	}
+	// Ownership was handed back: the next lessor takes over at once.
+	b := w.add(Config{})
+	if own, _ := b.l.Owner(); !own {
+		t.Fatal("successor did not take over a released ownership")
+	}
+}
