@@ -165,16 +165,20 @@ func run() error {
 	rep := report.New("fdb-etcd benchmark", o.servers, o.base)
 	rep.Header = header(layout, o, mode)
 	runStart := time.Now()
+	var loads []string
 	for _, name := range o.servers {
 		if ctx.Err() != nil {
 			break
 		}
+		loads = append(loads, name+" "+loadAvg())
 		results := runServer(ctx, name, bins[name], ws, p, o)
 		for _, r := range results {
 			rep.Add(r)
 		}
 	}
-	rep.Header = append(rep.Header, fmt.Sprintf("total run time: %s", time.Since(runStart).Round(time.Second)))
+	rep.Header = append(rep.Header,
+		"1-min load average when each server started (other work on the host skews results): "+strings.Join(loads, ", "),
+		fmt.Sprintf("total run time: %s", time.Since(runStart).Round(time.Second)))
 	if ctx.Err() != nil {
 		rep.Header = append(rep.Header, "**run interrupted or timed out: "+ctx.Err().Error()+"**")
 	}
@@ -317,6 +321,18 @@ func header(l servers.Layout, o options, mode string) []string {
 	}
 	h = append(h, "servers: "+strings.Join(vs, ", "))
 	return h
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }
 
 func memTotal() string {

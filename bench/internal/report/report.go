@@ -167,6 +167,7 @@ func (r *Report) Markdown(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "|%s|\n", strings.Join(seps, "|"))
+	caveats := false
 	for _, row := range r.Rows {
 		m := r.Results[row]
 		cells := []string{esc(row), unit(kindOf(m))}
@@ -176,7 +177,12 @@ func (r *Report) Markdown(w io.Writer) {
 				cells = append(cells, "–", "–")
 				continue
 			}
-			cells = append(cells, formatValue(res), p99(res))
+			v := formatValue(res)
+			if res.NA == "" && res.Caveat != "" {
+				v += " (" + esc(res.Caveat) + ")"
+				caveats = true
+			}
+			cells = append(cells, v, p99(res))
 		}
 		for _, o := range others {
 			b, ok1 := m[r.Base]
@@ -188,6 +194,9 @@ func (r *Report) Markdown(w io.Writer) {
 			}
 		}
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+	}
+	if caveats {
+		fmt.Fprintf(w, "\nValues with a parenthesis are not directly comparable: the server was saturated (writer below its target rate, or events still undelivered after the grace period).\n")
 	}
 	if len(others) > 0 {
 		fmt.Fprintf(w, "\nRatios are normalised so that > 1 means %s is better (throughput: %s/other; times and memory: other/%s).\n", r.Base, r.Base, r.Base)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fdb-etcd/fdb-etcd/bench/internal/workload"
 )
@@ -27,10 +28,11 @@ func TestMarkdown(t *testing.T) {
 	r.Add(workload.Result{Server: "etcd", Row: "put", Kind: workload.Throughput, Value: 1000})
 	r.Add(workload.Result{Server: "kine", Row: "put", NA: "unsupported"})
 	r.Add(workload.Result{Server: "fdb-etcd", Row: "put", Kind: workload.Throughput, Value: 1500})
+	r.Add(workload.Result{Server: "etcd", Row: "watch", Kind: workload.Time, Value: 0.002, P99: 3 * time.Millisecond, Caveat: "50 w/s, 90% delivered"})
 	var b bytes.Buffer
 	r.Markdown(&b)
 	out := b.String()
-	for _, want := range []string{"| fdb-etcd/etcd | fdb-etcd/kine |", "| put | ops/s ↑ | 1000 | – | n/a | – | 1500 | – | 1.50× | – |"} {
+	for _, want := range []string{"| watch | ms ↓ | 2.00 (50 w/s, 90% delivered) | 3.00 | – | – | – | – | – | – |", "not directly comparable", "| fdb-etcd/etcd | fdb-etcd/kine |", "| put | ops/s ↑ | 1000 | – | n/a | – | 1500 | – | 1.50× | – |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, out)
 		}

@@ -255,9 +255,11 @@ func (w *List) Run(ctx context.Context, env *Env) (Result, error) {
 	want := int64(env.P.Objects)
 	var times []time.Duration
 	var pages int
+	// A slow server (kine pages at an old revision) can take minutes per
+	// LIST: each run gets 5 minutes and no new run starts after 5 minutes.
 	capAt := time.Now().Add(5 * time.Minute)
 	for run := 0; run < env.P.ListRuns && time.Now().Before(capAt); run++ {
-		rctx, cancel := context.WithTimeout(ctx, 2*env.P.OpTimeout)
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		t0 := time.Now()
 		var got int64
 		var err error

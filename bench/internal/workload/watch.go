@@ -213,6 +213,7 @@ schedule:
 	if got == 0 {
 		return Result{}, fmt.Errorf("no event delivered (%d expected)", expected)
 	}
+	rate := float64(issued) / (issueElapsed + interval).Seconds()
 	res := Result{
 		Row:     w.Name(),
 		Group:   w.Group(),
@@ -226,10 +227,13 @@ schedule:
 		Elapsed: writeElapsed,
 		Note: fmt.Sprintf("delivered %d/%d (%.1f%%) within %s grace; %d writes issued at %.0f/s; watcher setup %s",
 			got, expected, 100*float64(got)/float64(expected), env.P.WatchGrace,
-			written.Load(), float64(issued)/(issueElapsed+interval).Seconds(), ws.setup.Round(time.Millisecond)),
+			written.Load(), rate, ws.setup.Round(time.Millisecond)),
+	}
+	if rate < 0.95*float64(w.Rate) || got < expected {
+		res.Caveat = fmt.Sprintf("%.0f w/s, %.0f%% delivered", rate, 100*float64(got)/float64(expected))
 	}
 	if e := firstWErr.Get(); e != nil {
-		res.Note += "; first write error: " + ShortErr(e)
+		res.Note += fmt.Sprintf("; %d writes failed (a timed-out write may still commit and be delivered), first: %s", werrs.Load(), ShortErr(e))
 	}
 	return res, nil
 }

@@ -55,6 +55,10 @@ type Result struct {
 	// Note carries workload-specific detail (delivered/expected, first
 	// error, …).
 	Note string `json:"note,omitempty"`
+	// Caveat, when set, is shown next to the value in the main table: the
+	// value is not comparable as is (e.g. the writer fell behind its target
+	// rate, or not every event was delivered).
+	Caveat string `json:"caveat,omitempty"`
 	// NA, when set, says why there is no value (unsupported, failed, …).
 	NA string `json:"na,omitempty"`
 }
