@@ -46,6 +46,11 @@ type gen struct {
 	txnPuts map[string]bool
 	// set once a from-key delete was generated in the current txn; see txnOps
 	txnFromKeyDelete bool
+	// avoidQuirks keeps away from etcd oddities that have their own explicit
+	// cases in TestKVBadInputCompat / TestKVCompactionEdgesCompat (negative
+	// read revisions, compaction at revision <= 1 of a never compacted
+	// store), so that tests of other areas are not blocked by them.
+	avoidQuirks bool
 }
 
 func newGen(seed int64) *gen {
@@ -116,6 +121,14 @@ func (g *gen) rangeEnd(key []byte, pNone float64) []byte {
 
 // revision picks a read revision: current, past, future, compacted, negative.
 func (g *gen) revision() int64 {
+	r := g.revision0()
+	if r < 0 && g.avoidQuirks {
+		return 0
+	}
+	return r
+}
+
+func (g *gen) revision0() int64 {
 	switch x := g.intn(100); {
 	case x < 50:
 		return 0
@@ -310,6 +323,9 @@ func (g *gen) compactReq() *pb.CompactionRequest {
 	default:
 		r.Revision = -g.between(0, 2)
 	}
+	if g.avoidQuirks && g.compactRev < 1 && r.Revision <= 1 {
+		r.Revision = 2
+	}
 	return r
 }
 
@@ -371,20 +387,28 @@ func TestKVRandomCompat(t *testing.T) {
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Logf("reproduce: go test -run 'TestKVRandomCompat/seed=%d$' -seed %d [-ops %d]", seed, seed, nops)
 			p := startPair(t)
-			runRandomSequence(t, p, seed, nops, nil, -1)
+			runRandomSequence(t, p, seed, nops, seqOpts{compactRev: -1})
 		})
 	}
 }
 
-// runRandomSequence runs nops generated operations on p. leases, if any, are
-// lease IDs already granted on both servers; compactRev is the servers'
-// compaction revision (-1: none). It returns the new compaction revision.
-func runRandomSequence(t *testing.T, p *pair, seed int64, nops int, leases []int64, compactRev int64) int64 {
-	t.Logf("seed %d, %d operations (reproduce: go test -run '%s' -seed %d)", seed, nops, t.Name(), seed)
+// seqOpts describes the starting point of a random sequence.
+type seqOpts struct {
+	leases      []int64 // lease IDs granted on both servers, used in puts
+	compactRev  int64   // the servers' compaction revision (-1: none)
+	avoidQuirks bool    // see gen.avoidQuirks
+}
+
+// runRandomSequence runs nops generated operations on p and returns the
+// servers' compaction revision afterwards.
+func runRandomSequence(t *testing.T, p *pair, seed int64, nops int, o seqOpts) int64 {
+	t.Logf("seed %d, %d operations", seed, nops)
 	g := newGen(seed)
-	g.leases = leases
-	g.compactRev = compactRev
+	g.leases = o.leases
+	g.compactRev = o.compactRev
+	g.avoidQuirks = o.avoidQuirks
 	g.curRev = p.refRev(t)
 	stats := map[string]int{}
 	mismatches := 0

@@ -228,6 +228,14 @@ func tryStartPair(t *testing.T) (ref, cand *server, err error) {
 	}
 	t.Cleanup(refStop)
 	t.Cleanup(candStop)
+	// Guard against comparing a server with itself.
+	ctx, cancel := ctxOp()
+	defer cancel()
+	if rs, err := ref.maint.Status(ctx, &pb.StatusRequest{}); err == nil {
+		if cs, err := cand.maint.Status(ctx, &pb.StatusRequest{}); err == nil && cs.Header.GetMemberId() == rs.Header.GetMemberId() {
+			return nil, nil, fmt.Errorf("the candidate at %s answers with the reference's member ID %x", cand.endpoint, rs.Header.GetMemberId())
+		}
+	}
 	return ref, cand, nil
 }
 

@@ -326,3 +326,48 @@ func TestWatchCompat(t *testing.T) {
 		wp.step(t, "first stream after put a=7", nil)
 	})
 }
+
+// TestWatchRandomCompat puts watchers with random ranges, start revisions
+// and options on a store with random history, then runs more random KV
+// operations and compares every event each watcher receives.
+func TestWatchRandomCompat(t *testing.T) {
+	seed := int64(21)
+	if *flagSeed != 0 {
+		seed = *flagSeed
+	}
+	t.Logf("seed %d (reproduce: go test -run 'TestWatchRandomCompat$' -seed %d)", seed, seed)
+	p := startPair(t)
+	compacted := runRandomSequence(t, p, seed, 150, seqOpts{compactRev: -1, avoidQuirks: true})
+	cur := p.refRev(t)
+
+	g := newGen(seed + 1000)
+	g.curRev, g.compactRev = cur, compacted
+	wp := p.openWatchPair(t)
+	for i := range 10 {
+		c := &pb.WatchCreateRequest{Key: g.key(), PrevKv: g.p(0.4), Fragment: g.p(0.2)}
+		c.RangeEnd = g.rangeEnd(c.Key, 0.3)
+		switch x := g.intn(10); {
+		case x < 3:
+			c.StartRevision = 0
+		case x < 8:
+			c.StartRevision = g.between(max(compacted, 1), cur)
+		case x < 9:
+			c.StartRevision = cur + g.between(1, 20)
+		default:
+			c.StartRevision = g.between(1, max(compacted, 1))
+		}
+		if g.p(0.15) {
+			c.Filters = append(c.Filters, pb.WatchCreateRequest_NOPUT)
+		}
+		if g.p(0.15) {
+			c.Filters = append(c.Filters, pb.WatchCreateRequest_NODELETE)
+		}
+		wp.step(t, fmt.Sprintf("watcher %d: %s", i, createDesc(c)), watchCreate(c))
+		if status.Code(wp.cand.dead) == codes.Unimplemented {
+			return
+		}
+	}
+	runRandomSequence(t, p, seed+1, 250, seqOpts{compactRev: compacted, avoidQuirks: true})
+	wp.step(t, "events of 250 random operations", nil)
+	wp.step(t, "watch progress request", watchProgress)
+}
