@@ -4,15 +4,17 @@ BIN       ?= bin
 DATA_DIR  ?= default.etcd
 LISTEN    ?= http://127.0.0.1:2379
 PKGS      := ./...
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: build build-fdb run test test-short lint bench test-fdb clean
+.PHONY: fdb-clients docker test-deploy build build-fdb run test test-short lint bench test-fdb clean
 
 build:
-	$(GO) build -o $(BIN)/fdb-etcd ./cmd/fdb-etcd
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/fdb-etcd ./cmd/fdb-etcd
 
 # build-fdb needs cgo and the FoundationDB 7.3 client library (libfdb_c).
 build-fdb:
-	CGO_ENABLED=1 $(GO) build -tags fdb -o $(BIN)/fdb-etcd ./cmd/fdb-etcd
+	CGO_ENABLED=1 $(GO) build -tags fdb -ldflags "$(LDFLAGS)" -o $(BIN)/fdb-etcd ./cmd/fdb-etcd
 
 # run serves the etcd API on the embedded store in ./$(DATA_DIR).
 run: build
@@ -27,6 +29,7 @@ lint:
 test: lint
 	$(GO) test -race -count=1 $(PKGS)
 	cd test/etcdcompat && $(GO) test -count=1 ./...
+	$(MAKE) --no-print-directory test-deploy
 	@if [ -n "$(FDB_MISSING)" ]; then echo "skipping FoundationDB tests: $(FDB_MISSING) (make test-fdb runs them)"; else $(MAKE) --no-print-directory test-fdb; fi
 
 # FoundationDB tests (build tag fdb) need cgo, the FoundationDB 7.3 client
@@ -47,6 +50,28 @@ test-fdb:
 	@if [ -n "$(FDB_MISSING)" ]; then echo "test-fdb: FoundationDB is not installed: $(FDB_MISSING)" >&2; exit 1; fi
 	CGO_ENABLED=1 $(GO) vet -tags fdb $(FDB_PKGS)
 	CGO_ENABLED=1 FDB_TESTS_REQUIRED=1 $(GO) test -tags fdb -race -count=1 $(FDB_PKGS)
+
+# fdb-clients installs the official FoundationDB client package (libfdb_c,
+# its headers and fdbcli) on a Debian/Ubuntu machine, as root; the Dockerfile
+# runs the same target. FDB_VERSION must stay 7.3.x (API version 730).
+FDB_VERSION ?= 7.3.63
+FDB_DEB_URL  = https://github.com/apple/foundationdb/releases/download/$(FDB_VERSION)/foundationdb-clients_$(FDB_VERSION)-1_$(FDB_DEB_ARCH).deb
+FDB_DEB_ARCH = $(if $(filter arm64 aarch64,$(shell dpkg --print-architecture 2>/dev/null || uname -m)),aarch64,amd64)
+fdb-clients:
+	curl -fsSL --retry 3 -o /tmp/foundationdb-clients.deb "$(FDB_DEB_URL)"
+	dpkg -i /tmp/foundationdb-clients.deb
+	rm -f /tmp/foundationdb-clients.deb
+
+# docker builds the image (needs a Docker engine): multi-stage, -tags fdb,
+# non-root on debian:bookworm-slim. IMAGE names it.
+IMAGE ?= fdb-etcd:$(VERSION)
+docker:
+	docker build --build-arg VERSION=$(VERSION) --build-arg FDB_VERSION=$(FDB_VERSION) -t $(IMAGE) .
+
+# test-deploy checks the Dockerfile, the kustomize manifests, compose.yaml and
+# the Grafana dashboard (own module under test/deploy).
+test-deploy:
+	cd test/deploy && $(GO) test -count=1 ./...
 
 bench:
 	cd bench && $(GO) run ./cmd/bench
