@@ -23,40 +23,61 @@ type entry struct {
 }
 
 // scanLive calls fn for every key in [begin, end) that is live at rev, in key
-// order, reading at most pageKeys index entries. It returns the key to resume
-// from, or nil when the range is exhausted. Index entries newer than rev are
-// resolved from history, so any retained revision reads exactly.
-func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, fn func(e *entry)) ([]byte, error) {
+// order, reading at most pageKeys index entries (0: no limit). key is only
+// valid during the call. It returns the key to resume from, or nil when the
+// range is exhausted. Index entries newer than rev are resolved from history,
+// so any retained revision reads exactly.
+func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, fn func(key []byte, m meta, ver *version)) ([]byte, error) {
 	lb, le := keyspace.LatestRange(begin, end)
+	var (
+		n    int
+		last []byte
+		ferr error
+	)
+	visit := func(k, v []byte) bool {
+		n++
+		m, err := decodeMeta(v)
+		if err != nil {
+			ferr = err
+			return false
+		}
+		key := keyspace.LatestKey(k)
+		if m.ModRev <= rev {
+			if !m.Tombstone {
+				fn(key, m, nil)
+			}
+		} else {
+			e, err := versionAt(tx, key, rev)
+			if err != nil {
+				ferr = err
+				return false
+			}
+			if e != nil {
+				fn(key, e.meta, e.ver)
+			}
+		}
+		if pageKeys > 0 && n == pageKeys {
+			last = append(bytes.Clone(key), 0)
+			return false
+		}
+		return true
+	}
+	if sc, ok := tx.(storage.Scanner); ok {
+		if err := sc.Scan(lb, le, visit); err != nil {
+			return nil, err
+		}
+		return last, ferr
+	}
 	kvs, err := tx.GetRange(lb, le, storage.RangeOptions{Limit: pageKeys})
 	if err != nil {
 		return nil, err
 	}
 	for _, kv := range kvs {
-		m, err := decodeMeta(kv.Value)
-		if err != nil {
-			return nil, err
-		}
-		key := keyspace.LatestKey(kv.Key)
-		if m.ModRev <= rev {
-			if !m.Tombstone {
-				fn(&entry{key: key, meta: m})
-			}
-			continue
-		}
-		e, err := versionAt(tx, key, rev)
-		if err != nil {
-			return nil, err
-		}
-		if e != nil {
-			fn(e)
+		if !visit(kv.Key, kv.Value) {
+			break
 		}
 	}
-	if pageKeys > 0 && len(kvs) == pageKeys {
-		last := keyspace.LatestKey(kvs[len(kvs)-1].Key)
-		return append(bytes.Clone(last), 0), nil
-	}
-	return nil, nil
+	return last, ferr
 }
 
 // versionAt returns key as of rev from history, or nil if it was absent.
@@ -124,9 +145,9 @@ func rangeAt(tx storage.ReadTx, key, end []byte, rev int64, ov *overlay) ([]*ent
 	}
 	cursor := key
 	for cursor != nil {
-		next, err := scanLive(tx, cursor, end, rev, 4096, func(e *entry) {
-			if ov == nil || !ov.has(e.key) {
-				out = append(out, e)
+		next, err := scanLive(tx, cursor, end, rev, 4096, func(key []byte, m meta, ver *version) {
+			if ov == nil || !ov.has(key) {
+				out = append(out, &entry{key: bytes.Clone(key), meta: m, ver: ver})
 			}
 		})
 		if err != nil {

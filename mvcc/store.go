@@ -348,16 +348,16 @@ func (s *Store) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespons
 			if rev < c.Requested {
 				return ErrCompacted
 			}
-			collect := func(e *entry) {
+			collect := func(key []byte, m meta, ver *version) {
 				pageCount++
 				if keep < 0 || len(kept)+len(page) < keep {
-					page = append(page, e)
+					page = append(page, &entry{key: bytes.Clone(key), meta: m, ver: ver})
 				}
 			}
 			if end == nil {
 				e, err := getAt(tx, r.Key, rev, nil)
 				if e != nil {
-					collect(e)
+					collect(e.key, e.meta, e.ver)
 				}
 				return err
 			}

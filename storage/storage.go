@@ -88,6 +88,13 @@ type DB interface {
 	Close() error
 }
 
+// Scanner is an optional ReadTx capability: visit a range in key order
+// without copying. key and value are only valid during the call; fn returns
+// false to stop. Readers fall back to GetRange when a backend lacks it.
+type Scanner interface {
+	Scan(begin, end []byte, fn func(key, value []byte) bool) error
+}
+
 // Sizer is an optional capability: the approximate bytes the store uses on
 // disk, reported as etcd's db size.
 type Sizer interface {

@@ -1,0 +1,86 @@
+package mvcc_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
+)
+
+// loadStore writes n keys with 2 KB values under /registry/pods/.
+func loadStore(b *testing.B, n int) *mvcc.Store {
+	b.Helper()
+	db, err := pebble.Open(b.TempDir(), pebble.Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	s, err := mvcc.Open(db, mvcc.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	val := make([]byte, 2048)
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < n; i += 16 {
+				if _, err := s.Put(context.Background(), &pb.PutRequest{Key: []byte(fmt.Sprintf("/registry/pods/ns/%06d", i)), Value: val}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	return s
+}
+
+func BenchmarkList50k(b *testing.B) {
+	s := loadStore(b, 50_000)
+	ctx := context.Background()
+	req := &pb.RangeRequest{Key: []byte("/registry/pods/"), RangeEnd: []byte("/registry/pods0")}
+	b.Run("unpaginated", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			r, err := s.Range(ctx, req)
+			if err != nil || len(r.Kvs) != 50_000 {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("pages-of-500", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			key, rev, got := req.Key, int64(0), 0
+			for {
+				r, err := s.Range(ctx, &pb.RangeRequest{Key: key, RangeEnd: req.RangeEnd, Limit: 500, Revision: rev})
+				if err != nil {
+					b.Fatal(err)
+				}
+				rev = r.Header.Revision
+				got += len(r.Kvs)
+				if !r.More {
+					break
+				}
+				key = append(append([]byte(nil), r.Kvs[len(r.Kvs)-1].Key...), 0)
+			}
+			if got != 50_000 {
+				b.Fatalf("got %d", got)
+			}
+		}
+	})
+	b.Run("count-only", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			r, err := s.Range(ctx, &pb.RangeRequest{Key: req.Key, RangeEnd: req.RangeEnd, CountOnly: true})
+			if err != nil || r.Count != 50_000 {
+				b.Fatal(err)
+			}
+		}
+	})
+}
