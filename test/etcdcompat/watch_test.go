@@ -153,14 +153,37 @@ func transcript(resps []*pb.WatchResponse, streamErr error) string {
 	return b.String()
 }
 
+// rawTranscript renders every response on its own (grouped by watch ID),
+// keeping response boundaries and fragment flags (only meaningful when they are
+// deterministic: synced watchers and one write per step).
+func rawTranscript(resps []*pb.WatchResponse, streamErr error) string {
+	resps = append([]*pb.WatchResponse(nil), resps...)
+	// the order across watchers is not deterministic; within one it is
+	sort.SliceStable(resps, func(i, j int) bool { return resps[i].WatchId < resps[j].WatchId })
+	var b strings.Builder
+	for _, r := range resps {
+		fmt.Fprintf(&b, "    response{watch_id=%d created=%t canceled=%t fragment=%t compact_revision=%d events=%d}\n", r.WatchId, r.Created, r.Canceled, r.Fragment, r.CompactRevision, len(r.Events))
+		for _, ev := range r.Events {
+			fmt.Fprintf(&b, "      %s\n", eventStr(ev))
+		}
+	}
+	if streamErr != nil {
+		fmt.Fprintf(&b, "    stream ended: %s\n", errStr(streamErr))
+	}
+	return b.String()
+}
+
 // watchPair is one watch stream on each server.
 type watchPair struct {
 	p         *pair
 	ref, cand *watchStream
+	// render turns one step's responses into the compared text (default:
+	// transcript, which flattens events per watch ID).
+	render func([]*pb.WatchResponse, error) string
 }
 
 func (p *pair) openWatchPair(t *testing.T) *watchPair {
-	wp := &watchPair{p: p, ref: openWatch(p.ref), cand: openWatch(p.cand)}
+	wp := &watchPair{p: p, ref: openWatch(p.ref), cand: openWatch(p.cand), render: transcript}
 	t.Cleanup(func() { wp.ref.close(); wp.cand.close() })
 	return wp
 }
@@ -185,7 +208,7 @@ func (wp *watchPair) step(t *testing.T, desc string, req *pb.WatchRequest) []*pb
 	if status.Code(canErr) == codes.Unimplemented {
 		t.Fatalf("%s does not implement the Watch service: %s", wp.p.cand.name, errStr(canErr))
 	}
-	rt, ct := transcript(refResps, refErr), transcript(canResps, canErr)
+	rt, ct := wp.render(refResps, refErr), wp.render(canResps, canErr)
 	t.Logf("%s:\n%s", desc, rt)
 	if rt != ct {
 		t.Errorf("WATCH MISMATCH after %s\n  etcd:\n%s  %s:\n%s", desc, rt, wp.p.cand.name, ct)
@@ -316,6 +339,23 @@ func TestWatchCompat(t *testing.T) {
 		create(t, &pb.WatchCreateRequest{Key: []byte{0}, RangeEnd: []byte{0}, StartRevision: 15})
 		write(t, &pb.PutRequest{Key: []byte("a"), Value: []byte("6")})
 		wp.step(t, "put a=6", nil)
+	})
+
+	t.Run("fragment", func(t *testing.T) {
+		// Responses bigger than the request limit (1.5 MiB) are split into
+		// fragments for watchers created with fragment=true.
+		wp4 := p.openWatchPair(t)
+		wp4.render = rawTranscript
+		big := func(c byte) string { return strings.Repeat(string(c), 700*1024) }
+		wp4.step(t, "watch create big/ prev_kv fragment", watchCreate(&pb.WatchCreateRequest{Key: []byte("big/"), RangeEnd: prefixEnd([]byte("big/")), PrevKv: true, Fragment: true}))
+		wp4.step(t, "watch create big/ prev_kv (no fragment)", watchCreate(&pb.WatchCreateRequest{Key: []byte("big/"), RangeEnd: prefixEnd([]byte("big/")), PrevKv: true}))
+		for i, c := range []byte{'x', 'y'} {
+			req := txn(nil, ops(put("big/1", big(c)), put("big/2", big(c))), nil)
+			write(t, req)
+			wp4.step(t, fmt.Sprintf("txn #%d putting two 700 KiB values", i+1), nil)
+		}
+		write(t, &pb.DeleteRangeRequest{Key: []byte("big/"), RangeEnd: prefixEnd([]byte("big/"))})
+		wp4.step(t, "delete big/", nil)
 	})
 
 	t.Run("second-stream", func(t *testing.T) {
