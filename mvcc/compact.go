@@ -164,7 +164,8 @@ func (s *Store) compactStep(ctx context.Context) (finished int64, more bool, err
 		}
 		from := max(c.Finished, 1)
 		if from >= c.Requested {
-			finished = c.Finished
+			// Nothing below the requested revision is left to remove.
+			finished = max(c.Finished, c.Requested)
 			return nil
 		}
 		parts, err := tx.GetRange(keyspace.LogFrom(from), keyspace.LogFrom(c.Requested),

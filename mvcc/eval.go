@@ -70,8 +70,8 @@ func (e *evaluator) rangeOp(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 		return nil, err
 	}
 	rev, ov := r.Revision, &e.ov
-	if rev == 0 {
-		rev = e.rev
+	if rev <= 0 {
+		rev = e.rev // etcd reads the current state for any revision <= 0
 	} else {
 		ov = nil // an explicit revision never sees this request's writes
 	}

@@ -249,7 +249,9 @@ func encodeCompaction(c compaction) []byte {
 
 func decodeCompaction(b []byte) (compaction, error) {
 	if b == nil {
-		return compaction{}, nil
+		// etcd starts with compaction revision -1, so Compact(0) succeeds
+		// once and revision -1 inside a Txn still reads the current state.
+		return compaction{Requested: -1}, nil
 	}
 	if len(b) != 36 {
 		return compaction{}, errCorrupt

@@ -51,12 +51,9 @@ func (s *Server) header(ctx context.Context) (*pb.ResponseHeader, error) {
 	return s.hdr.New(rev), nil
 }
 
-// MemberList lists the members.
+// MemberList lists the members. Like etcd's, its header carries no revision.
 func (s *Server) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	h, err := s.header(ctx)
-	if err != nil {
-		return nil, err
-	}
+	h := s.hdr.New(0)
 	ms, err := s.members(ctx)
 	if err != nil {
 		return nil, errmap.ToGRPC(err)

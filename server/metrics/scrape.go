@@ -67,6 +67,9 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		ctx, cancel := context.WithTimeout(context.Background(), m.opt.ScrapeTimeout)
 		rev, compacted, err := store.Rev(ctx)
 		cancel()
+		// The store starts at compaction revision -1 as etcd does; etcd's
+		// gauge reads 0 until the first compaction.
+		compacted = max(compacted, 0)
 		if err != nil {
 			gauge(ch, descHasLeader, 0)
 			gauge(ch, descScrapeErrors, 1)
