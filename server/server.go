@@ -32,6 +32,7 @@ import (
 	leasesvc "github.com/fdb-etcd/fdb-etcd/server/lease"
 	"github.com/fdb-etcd/fdb-etcd/server/maintenance"
 	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig"
+	"github.com/fdb-etcd/fdb-etcd/server/watch"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
@@ -53,6 +54,9 @@ type Config struct {
 	MVCC            mvcc.Config
 	// Lease tunes the lessor (minimum TTL, clock, expiry ownership).
 	Lease lease.Config
+	// Watch configures the Watch service and its hub, including
+	// --experimental-watch-progress-notify-interval.
+	Watch watch.Config
 
 	// TLS configures https:// listen URLs: etcd's --cert-file, --key-file,
 	// --trusted-ca-file, --client-cert-auth, --cipher-suites and
@@ -112,6 +116,7 @@ type Server struct {
 	db     storage.DB
 	store  *mvcc.Store
 	lessor *lease.Lessor
+	watch  *watch.Server
 	hdr    header.Filler
 	grpc   *grpc.Server
 
@@ -165,8 +170,31 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 	pb.RegisterClusterServer(s.grpc, cluster.New(store, s.hdr,
 		cluster.Self(s.hdr.MemberID, cfg.Name, urlStrings(cfg.AdvertiseClientURLs), nil)))
 	pb.RegisterLeaseServer(s.grpc, leasesvc.New(s.lessor, s.hdr))
+	if err := s.startWatch(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
+
+// startWatch starts the watch hub and registers the Watch service; Stop
+// ends its streams (clients reconnect) before the gRPC server drains.
+func (s *Server) startWatch() error {
+	wc := s.cfg.Watch
+	wc.MaxRequestBytes, wc.Logger, wc.Observer = s.cfg.MaxRequestBytes, s.lg, s.Metrics()
+	ws, err := watch.New(context.Background(), s.store, s.hdr, wc)
+	if err != nil {
+		return err
+	}
+	s.watch = ws
+	pb.RegisterWatchServer(s.grpc, ws)
+	s.OnShutdown(ws.Stop)
+	s.AddReadyCheck("watch", ws.Ready)
+	s.Metrics().SetWatchSource(ws.Stats)
+	return nil
+}
+
+// Watch exposes the Watch service, for tests and tools in this module.
+func (s *Server) Watch() *watch.Server { return s.watch }
 
 // Store exposes the data model, for tests and tools in this module.
 func (s *Server) Store() *mvcc.Store { return s.store }

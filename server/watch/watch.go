@@ -1,0 +1,386 @@
+// Package watch is etcd's Watch service over the watch hub: per gRPC stream,
+// one goroutine receives requests (create, cancel, progress) and one sends
+// the stream's responses in order, as etcd's v3rpc/watch.go does.
+package watch
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/fdb-etcd/fdb-etcd/progress"
+	"github.com/fdb-etcd/fdb-etcd/server/errmap"
+	"github.com/fdb-etcd/fdb-etcd/server/header"
+	"github.com/fdb-etcd/fdb-etcd/server/metrics"
+	"github.com/fdb-etcd/fdb-etcd/watchhub"
+)
+
+// grpcOverheadBytes is etcd's allowance above --max-request-bytes; a
+// fragmenting watcher's responses are split at the sum, as etcd splits them
+// (MaxRequestBytesWithOverhead).
+const grpcOverheadBytes = 512 * 1024
+
+// Config configures the service; the zero value is usable.
+type Config struct {
+	// ProgressNotifyInterval is etcd's
+	// --experimental-watch-progress-notify-interval: the period of progress
+	// notifications for watchers created with progress_notify (default 10
+	// minutes, at least 100 ms, plus up to 10% jitter per stream).
+	ProgressNotifyInterval time.Duration
+	// MaxRequestBytes is --max-request-bytes (1.5 MiB by default).
+	MaxRequestBytes int
+	// Clock drives the progress tickers; nil is the real clock.
+	Clock progress.Clock
+	// Jitter returns a value in [0, n) to spread streams' progress ticks;
+	// nil is math/rand.
+	Jitter func(n int64) int64
+	// Hub tunes the watch hub.
+	Hub    watchhub.Config
+	Logger *zap.Logger
+	// Observer, when set, counts what the service sends.
+	Observer Observer
+}
+
+// Observer receives the service's counters; *metrics.Metrics implements it.
+type Observer interface {
+	ProgressNotifySent(n int)
+	WatchEventsSent(n int)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) ProgressNotifySent(int) {}
+func (nopObserver) WatchEventsSent(int)    {}
+
+// Server implements pb.WatchServer.
+type Server struct {
+	pb.UnsafeWatchServer
+	hub *watchhub.Hub
+	hdr header.Filler
+	cfg Config
+	lg  *zap.Logger
+
+	stopc    chan struct{}
+	stopOnce sync.Once
+}
+
+var _ pb.WatchServer = (*Server)(nil)
+
+// New starts the watch hub on src and returns the service.
+func New(ctx context.Context, src watchhub.Source, hdr header.Filler, cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.ProgressNotifyInterval <= 0 {
+		cfg.ProgressNotifyInterval = progress.DefaultInterval
+	}
+	if cfg.ProgressNotifyInterval < progress.MinInterval {
+		cfg.Logger.Warn("adjusting watch progress notify interval to minimum period",
+			zap.Duration("min-watch-progress-notify-interval", progress.MinInterval))
+		cfg.ProgressNotifyInterval = progress.MinInterval
+	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = 1.5 * 1024 * 1024
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = progress.RealClock()
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	if cfg.Hub.Logger == nil {
+		cfg.Hub.Logger = cfg.Logger
+	}
+	hub, err := watchhub.New(ctx, src, cfg.Hub)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{hub: hub, hdr: hdr, cfg: cfg, lg: cfg.Logger, stopc: make(chan struct{})}, nil
+}
+
+// Hub exposes the watch hub, for tests.
+func (s *Server) Hub() *watchhub.Hub { return s.hub }
+
+// Ready is the readiness check: the hub has dispatched every revision the
+// store had committed when it was called.
+func (s *Server) Ready(ctx context.Context) error { return s.hub.WaitCaughtUp(ctx) }
+
+// Stats reports the hub's state for the metrics scrape.
+func (s *Server) Stats() metrics.WatchStats {
+	st := s.hub.Stats()
+	return metrics.WatchStats{
+		CommittedRev: st.Head, DispatchedRev: st.Rev,
+		Synced: st.Synced, Unsynced: st.Unsynced, Victims: st.Slow,
+		Streams: st.Streams,
+	}
+}
+
+// Stop ends every watch stream with etcd's "server stopped" error
+// (Unavailable, so clients reconnect and resume their watches elsewhere),
+// refuses new ones, and stops the hub. A stream whose client does not read
+// ends when gRPC closes its transport.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() {
+		close(s.stopc)
+		s.hub.Stop()
+	})
+}
+
+// Watch serves one watch stream.
+func (s *Server) Watch(gs pb.Watch_WatchServer) error {
+	select {
+	case <-s.stopc:
+		return rpctypes.ErrGRPCStopped
+	default:
+	}
+	ctx := gs.Context()
+	ss := &stream{srv: s, gs: gs, st: s.hub.NewStream()}
+	sendDone := make(chan error, 1)
+	go func() { sendDone <- ss.sendLoop() }()
+	recvErr := make(chan error, 1)
+	go func() {
+		if err := ss.recvLoop(ctx); err != nil {
+			recvErr <- err
+		}
+	}()
+
+	var err error
+	sent := false
+	select {
+	case err = <-recvErr:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case err = <-sendDone:
+		sent = true
+	case <-s.stopc:
+		err = rpctypes.ErrGRPCStopped
+	}
+	if errors.Is(err, context.Canceled) {
+		err = rpctypes.ErrGRPCWatchCanceled
+	}
+	ss.st.Close()
+	if !sent {
+		<-sendDone
+	}
+	return err
+}
+
+type stream struct {
+	srv *Server
+	gs  pb.Watch_WatchServer
+	st  *watchhub.Stream
+}
+
+// recvLoop handles the client's requests until the client closes its side
+// (nil: the stream stays open for responses) or the stream fails.
+func (ss *stream) recvLoop(ctx context.Context) error {
+	for {
+		req, err := ss.gs.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := ss.st.WaitControl(ctx); err != nil {
+			return err
+		}
+		if err := ss.handle(ctx, req); err != nil {
+			return errmap.ToGRPC(err)
+		}
+	}
+}
+
+func (ss *stream) handle(ctx context.Context, req *pb.WatchRequest) error {
+	switch uv := req.RequestUnion.(type) {
+	case *pb.WatchRequest_CreateRequest:
+		if uv.CreateRequest == nil {
+			return nil
+		}
+		return ss.create(ctx, uv.CreateRequest)
+	case *pb.WatchRequest_CancelRequest:
+		if uv.CancelRequest == nil {
+			return nil
+		}
+		return ss.st.Cancel(ctx, uv.CancelRequest.WatchId)
+	case *pb.WatchRequest_ProgressRequest:
+		if uv.ProgressRequest == nil {
+			return nil
+		}
+		return ss.st.RequestProgress(ctx)
+	default:
+		// etcd ignores requests it does not know rather than ending the stream.
+		ss.srv.lg.Info("invalid watch request type received in gRPC stream")
+		return nil
+	}
+}
+
+// create applies etcd's v3rpc normalisation of a create request and hands
+// it to the hub.
+func (ss *stream) create(ctx context.Context, c *pb.WatchCreateRequest) error {
+	key := c.Key
+	if len(key) == 0 {
+		key = []byte{0} // "\x00" is the smallest key
+	}
+	if c.StartRevision < 0 {
+		return ss.st.Reject(ctx, rpctypes.ErrCompacted.Error())
+	}
+	var end []byte
+	switch {
+	case len(c.RangeEnd) == 0:
+		end = nil // a single key
+	case len(c.RangeEnd) == 1 && c.RangeEnd[0] == 0:
+		end = []byte{} // every key >= key
+	default:
+		end = c.RangeEnd
+	}
+	o := watchhub.Options{
+		ID: c.WatchId, Key: key, End: end, StartRev: c.StartRevision,
+		PrevKV: c.PrevKv, Fragment: c.Fragment, ProgressNotify: c.ProgressNotify,
+	}
+	for _, f := range c.Filters {
+		switch f {
+		case pb.WatchCreateRequest_NOPUT:
+			o.NoPut = true
+		case pb.WatchCreateRequest_NODELETE:
+			o.NoDelete = true
+		}
+	}
+	return ss.st.Watch(ctx, o)
+}
+
+// sendLoop sends the stream's responses in queue order and drives the
+// periodic progress notifications. It returns when the stream is closed or
+// a send fails.
+func (ss *stream) sendLoop() error {
+	cfg := ss.srv.cfg
+	ticker := cfg.Clock.NewTicker(progress.Interval(cfg.ProgressNotifyInterval, cfg.Jitter))
+	defer ticker.Stop()
+	var periodic progress.Periodic
+	tick := func() {
+		if periodic.Len() > 0 {
+			ss.st.WatcherProgress(periodic.Tick())
+		}
+	}
+	buf := make([]watchhub.Response, 0, 64)
+	for {
+		buf = ss.st.Pop(buf[:0], cap(buf))
+		if len(buf) == 0 {
+			select {
+			case <-ss.st.Ready():
+			case <-ticker.C():
+				tick()
+			case <-ss.st.Done():
+				return nil
+			}
+			continue
+		}
+		for i := range buf {
+			r := &buf[i]
+			switch r.Kind {
+			case watchhub.KindCreated:
+				if r.ProgressNotify {
+					periodic.Add(r.WatchID)
+				}
+			case watchhub.KindCanceled:
+				periodic.Remove(r.WatchID)
+			case watchhub.KindEvents:
+				periodic.Sent(r.WatchID)
+			}
+			if err := ss.send(r); err != nil {
+				ss.srv.lg.Debug("failed to send watch response", zap.Error(err))
+				return err
+			}
+			switch r.Kind {
+			case watchhub.KindEvents:
+				cfg.Observer.WatchEventsSent(len(r.Events))
+			case watchhub.KindProgress:
+				cfg.Observer.ProgressNotifySent(1)
+			}
+			buf[i] = watchhub.Response{}
+		}
+		select {
+		case <-ticker.C():
+			tick()
+		default:
+		}
+	}
+}
+
+// send sends one response, split into fragments if the watcher asked for
+// them and it is too large, exactly as etcd's sendFragments splits.
+func (ss *stream) send(r *watchhub.Response) error {
+	if r.Kind != watchhub.KindEvents {
+		return ss.gs.Send(ss.message(r, nil, false))
+	}
+	limit := ss.srv.cfg.MaxRequestBytes + grpcOverheadBytes
+	evs := r.Events
+	if !r.Fragment || len(evs) < 2 || ss.size(r, evs, false) < limit {
+		return ss.gs.Send(ss.message(r, evs, false))
+	}
+	base := ss.size(r, nil, true)
+	for len(evs) > 0 {
+		n, size := 0, base
+		for n < len(evs) {
+			size += len(evs[n].Wire())
+			if n > 0 && size >= limit {
+				break
+			}
+			n++
+		}
+		if err := ss.gs.Send(ss.message(r, evs[:n], n < len(evs))); err != nil {
+			return err
+		}
+		evs = evs[n:]
+	}
+	return nil
+}
+
+// message builds the WatchResponse. Events travel as their shared,
+// encoded-once wire form in the message's unknown fields, which the proto
+// encoder copies verbatim: the same bytes as the events field would encode
+// to, without encoding each event once per watcher.
+func (ss *stream) message(r *watchhub.Response, evs []*watchhub.Event, fragment bool) *pb.WatchResponse {
+	m := &pb.WatchResponse{
+		Header:          ss.srv.hdr.New(r.Rev),
+		WatchId:         r.WatchID,
+		Created:         r.Created,
+		Canceled:        r.Canceled,
+		CompactRevision: r.CompactRev,
+		CancelReason:    r.CancelReason,
+		Fragment:        fragment,
+	}
+	switch len(evs) {
+	case 0:
+	case 1:
+		m.ProtoReflect().SetUnknown(protoreflect.RawFields(evs[0].Wire()))
+	default:
+		n := 0
+		for _, e := range evs {
+			n += len(e.Wire())
+		}
+		raw := make([]byte, 0, n)
+		for _, e := range evs {
+			raw = append(raw, e.Wire()...)
+		}
+		m.ProtoReflect().SetUnknown(protoreflect.RawFields(raw))
+	}
+	return m
+}
+
+// size is the encoded size of the response with evs, as etcd measures it.
+func (ss *stream) size(r *watchhub.Response, evs []*watchhub.Event, fragment bool) int {
+	n := proto.Size(ss.message(r, nil, fragment))
+	for _, e := range evs {
+		n += len(e.Wire())
+	}
+	return n
+}

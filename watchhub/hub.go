@@ -1,0 +1,431 @@
+// Package watchhub fans the revision log out to every watcher of the
+// process. It is the storage half of etcd's Watch service (etcd's
+// watchable_store.go); server/watch is the gRPC half.
+//
+// One goroutine tails the revision log: woken by the storage's commit
+// notification (Source.WaitRev, never a fixed-interval poll), it reads each
+// new revision once (Source.ReadWatchEvents) and hands it to every matching
+// watcher. Watchers are in one of three states, as in etcd:
+//
+//   - synced: in the hub's index; the hub puts their events straight into
+//     their stream's queue. A watcher's events are shared *Event values,
+//     never copied per watcher, each encoded at most once.
+//   - catching up (etcd's unsynced): its events come from the revision log,
+//     read by its stream's catch-up goroutine in batches shared by every
+//     watcher of the stream that is behind, until it reaches the hub's
+//     revision and rejoins the index under the hub's lock — so nothing is
+//     missed and nothing is sent twice.
+//   - slow (etcd's victims): a synced watcher whose stream queue is full
+//     when the hub has an event for it. The hub never waits: the watcher
+//     leaves the index and catches up from the revision log, at the pace of
+//     its stream. Every stream queue is bounded in entries and bytes.
+//
+// Each stream's responses go through one FIFO queue, so a progress
+// notification (no events, header revision R) is queued only after every
+// event <= R of the stream's watchers: the answer to a progress request waits
+// until no watcher of the stream is catching up and the hub has reached the
+// revision the store had when the request arrived.
+package watchhub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
+)
+
+// Source is what the hub reads; *mvcc.Store implements it.
+type Source interface {
+	// Rev returns the current and the compacted revision.
+	Rev(ctx context.Context) (rev, compacted int64, err error)
+	// WaitRev blocks until the current revision exceeds after.
+	WaitRev(ctx context.Context, after int64) (int64, error)
+	// ReadWatchEvents reads the events of revisions from.. (see mvcc).
+	ReadWatchEvents(ctx context.Context, from int64, maxRevs int, upTo int64) (mvcc.EventBatch, error)
+}
+
+var _ Source = (*mvcc.Store)(nil)
+
+// Config tunes the hub; the zero value is usable.
+type Config struct {
+	Logger *zap.Logger
+	// DispatchRevs bounds the revisions the hub reads per storage read.
+	DispatchRevs int
+	// CatchUpRevs bounds the revisions one catch-up round reads.
+	CatchUpRevs int
+	// StreamEntries and StreamBytes bound the event responses queued on one
+	// stream (bytes approximate keys and values); a watcher whose stream is
+	// full falls back to catching up. One response is always accepted into
+	// an empty queue, however large.
+	StreamEntries int
+	StreamBytes   int
+	// StreamControl bounds the control responses (created, canceled) a
+	// stream's receiver may queue before it waits for the sender.
+	StreamControl int
+	// RetryDelay is the pause after a storage error before retrying.
+	RetryDelay time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.DispatchRevs <= 0 {
+		c.DispatchRevs = 256
+	}
+	if c.CatchUpRevs <= 0 {
+		c.CatchUpRevs = 128
+	}
+	if c.StreamEntries <= 0 {
+		c.StreamEntries = 4096
+	}
+	if c.StreamBytes <= 0 {
+		c.StreamBytes = 16 << 20
+	}
+	if c.StreamControl <= 0 {
+		c.StreamControl = 256
+	}
+	if c.RetryDelay <= 0 {
+		c.RetryDelay = 50 * time.Millisecond
+	}
+}
+
+// Hub is one process's watch hub.
+type Hub struct {
+	cfg    Config
+	lg     *zap.Logger
+	src    Source
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	rev      int64         // every revision <= rev has been dispatched
+	head     int64         // the newest committed revision the hub knows of
+	advanced chan struct{} // closed and replaced whenever rev advances
+	idx      *index
+	streams  map[*Stream]struct{} // open streams
+	waiting  map[*Stream]struct{} // streams with unanswered progress requests
+	stopping bool
+	groups   []*group   // dispatch scratch
+	touched  []*Watcher // dispatch scratch
+}
+
+// New starts a hub at the store's current revision.
+func New(ctx context.Context, src Source, cfg Config) (*Hub, error) {
+	cfg.defaults()
+	rev, _, err := src.Rev(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hctx, cancel := context.WithCancel(context.Background())
+	h := &Hub{
+		cfg: cfg, lg: cfg.Logger, src: src, ctx: hctx, cancel: cancel,
+		rev: rev, head: rev, advanced: make(chan struct{}), idx: newIndex(true), streams: map[*Stream]struct{}{}, waiting: map[*Stream]struct{}{},
+	}
+	h.wg.Add(1)
+	go h.run()
+	return h, nil
+}
+
+// Stop stops the hub and every goroutine it started. Streams stay usable
+// but receive nothing more.
+func (h *Hub) Stop() {
+	h.mu.Lock()
+	h.stopping = true
+	h.mu.Unlock()
+	h.cancel()
+	h.wg.Wait()
+}
+
+// Rev returns the revision up to which every event has been dispatched.
+func (h *Hub) Rev() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.rev
+}
+
+// Stats is a snapshot for tests and metrics.
+type Stats struct {
+	// Rev is the revision up to which events are dispatched; Head the
+	// newest committed revision the hub knows of.
+	Rev, Head int64
+	// Watchers by state: synced, catching up (new watchers starting in the
+	// past), slow (fell behind their stream), canceled for compaction but
+	// still registered.
+	Synced, Unsynced, Slow, Compacted int
+	Streams                           int
+	// Queued is the number of responses queued on all streams, QueuedBytes
+	// their approximate event bytes.
+	Queued, QueuedBytes int
+}
+
+// Stats counts the hub's watchers.
+func (h *Hub) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := Stats{Rev: h.rev, Head: max(h.head, h.rev), Synced: h.idx.size, Streams: len(h.streams)}
+	for st := range h.streams {
+		for w := range st.unsynced {
+			if w.slow {
+				s.Slow++
+			} else {
+				s.Unsynced++
+			}
+		}
+		for _, w := range st.watchers {
+			if w.state == stateCompacted {
+				s.Compacted++
+			}
+		}
+		n, b := st.Len()
+		s.Queued += n
+		s.QueuedBytes += b
+	}
+	return s
+}
+
+// WaitCaughtUp returns once the hub has dispatched every revision the store
+// had committed when it was called.
+func (h *Hub) WaitCaughtUp(ctx context.Context) error {
+	rev, _, err := h.src.Rev(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		h.mu.Lock()
+		done, ch := h.rev >= rev, h.advanced
+		h.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("watch hub at revision %d, store at %d: %w", h.Rev(), rev, ctx.Err())
+		case <-h.ctx.Done():
+			return errors.New("watch hub stopped")
+		}
+	}
+}
+
+// setRev advances the dispatched revision. The caller holds mu.
+func (h *Hub) setRev(rev int64) {
+	if rev <= h.rev {
+		return
+	}
+	h.rev = rev
+	h.head = max(h.head, rev)
+	close(h.advanced)
+	h.advanced = make(chan struct{})
+}
+
+func (h *Hub) sleep() bool {
+	t := time.NewTimer(h.cfg.RetryDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-h.ctx.Done():
+		return false
+	}
+}
+
+// run tails the revision log. Only this goroutine moves h.rev, so it reads
+// it without the lock.
+func (h *Hub) run() {
+	defer h.wg.Done()
+	head := h.rev
+	for {
+		if head <= h.rev {
+			var err error
+			head, err = h.src.WaitRev(h.ctx, h.rev)
+			if err != nil {
+				if h.ctx.Err() != nil {
+					return
+				}
+				h.lg.Warn("watch hub: waiting for the next revision failed; retrying", zap.Error(err))
+				if !h.sleep() {
+					return
+				}
+				continue
+			}
+			h.mu.Lock()
+			h.head = max(h.head, head)
+			h.mu.Unlock()
+		}
+		b, err := h.src.ReadWatchEvents(h.ctx, h.rev+1, h.cfg.DispatchRevs, 0)
+		if errors.Is(err, mvcc.ErrCompacted) {
+			h.mu.Lock()
+			h.compactedBehind(b.Compacted)
+			h.mu.Unlock()
+			continue
+		}
+		if err != nil {
+			if h.ctx.Err() != nil {
+				return
+			}
+			h.lg.Warn("watch hub: reading the revision log failed; retrying", zap.Error(err))
+			if !h.sleep() {
+				return
+			}
+			continue
+		}
+		head = b.Head
+		for _, re := range revisionsOf(b) {
+			h.mu.Lock()
+			h.dispatch(re)
+			h.mu.Unlock()
+		}
+		h.mu.Lock()
+		h.head = max(h.head, b.Head)
+		h.setRev(b.To)
+		for st := range h.waiting {
+			h.answer(st)
+		}
+		h.mu.Unlock()
+	}
+}
+
+// dispatch hands one revision to the synced watchers. The caller holds mu.
+func (h *Hub) dispatch(re *revision) {
+	touched := h.touched[:0]
+	for i, ev := range re.full {
+		h.groups = h.idx.match(ev.PB.Kv.Key, h.groups[:0])
+		for _, g := range h.groups {
+			for _, w := range g.ws {
+				if w.next > re.rev || w.filtered(ev.PB) {
+					continue
+				}
+				if w.hitRev != re.rev {
+					w.hitRev, w.hits = re.rev, w.hits[:0]
+					touched = append(touched, w)
+				}
+				w.hits = append(w.hits, int32(i))
+			}
+		}
+	}
+	for _, w := range touched {
+		evs := re.pick(w.hits, w.prevKV)
+		r := Response{Kind: KindEvents, WatchID: w.id, Rev: re.rev, Events: evs, Fragment: w.fragment, size: eventsSize(evs)}
+		if w.st.pushEvents(w, r) {
+			w.next = re.rev + 1
+			continue
+		}
+		// Slow: leave the index and catch up from the revision log.
+		h.idx.remove(w)
+		w.next, w.slow = re.rev, true
+		h.addUnsynced(w)
+	}
+	clear(touched)
+	h.touched = touched[:0]
+	clear(h.groups)
+	h.setRev(re.rev)
+}
+
+// compactedBehind handles a compaction past the hub's position (the hub fell
+// behind by a whole compaction window): synced watchers that still needed a
+// compacted revision are canceled with compact_revision set, as etcd cancels
+// an unsynced watcher, and the hub resumes at the compaction revision.
+func (h *Hub) compactedBehind(compacted int64) {
+	if compacted <= h.rev+1 {
+		return
+	}
+	var dead []*Watcher
+	h.idx.each(func(w *Watcher) {
+		if max(w.next, h.rev+1) < compacted {
+			dead = append(dead, w)
+		}
+	})
+	for _, w := range dead {
+		h.idx.remove(w)
+		h.compact(w, compacted)
+	}
+	h.lg.Warn("watch hub fell behind a compaction", zap.Int64("hub-revision", h.rev), zap.Int64("compacted", compacted), zap.Int("canceled-watchers", len(dead)))
+	h.setRev(compacted - 1)
+}
+
+// compact cancels w for compaction. The watcher stays registered on its
+// stream, as in etcd, until the client cancels it. The caller holds mu and
+// has taken w out of the index or the unsynced set.
+func (h *Hub) compact(w *Watcher, compacted int64) {
+	if w.state == stateUnsynced {
+		delete(w.st.unsynced, w)
+	}
+	w.state = stateCompacted
+	w.st.pushControl(Response{Kind: KindCompacted, WatchID: w.id, CompactRev: compacted, Canceled: true})
+}
+
+// addUnsynced puts w among its stream's catching-up watchers and makes sure
+// the stream's catch-up goroutine runs. The caller holds mu.
+func (h *Hub) addUnsynced(w *Watcher) {
+	st := w.st
+	w.state = stateUnsynced
+	st.unsynced[w] = struct{}{}
+	if st.catchingUp || h.stopping {
+		return
+	}
+	st.catchingUp = true
+	h.wg.Add(1)
+	go h.catchUp(st)
+}
+
+// answer sends the progress responses a stream owes if it can. The caller
+// holds mu.
+func (h *Hub) answer(st *Stream) {
+	if !st.reqs.Pending() {
+		delete(h.waiting, st)
+		return
+	}
+	if !st.closed {
+		switch h.progressReady(st) {
+		case progressWait:
+			h.waiting[st] = struct{}{}
+			return
+		case progressSend:
+			for range st.reqs.Take() {
+				st.pushControl(Response{Kind: KindProgress, WatchID: InvalidWatchID, Rev: h.rev})
+			}
+			delete(h.waiting, st)
+			return
+		}
+	}
+	st.reqs.Take() // dropped, as etcd drops it
+	delete(h.waiting, st)
+}
+
+type progressState int
+
+const (
+	progressSend progressState = iota
+	progressWait
+	progressDrop
+)
+
+// progressReady applies etcd's rule (progressIfSync) to a stream's pending
+// requests: every watcher synced and none with a start revision above the
+// revision the request saw. What etcd cannot be in (the hub behind the
+// store, a watcher catching up) waits; what etcd drops (no watchers, a
+// compacted watcher still registered, a watcher waiting for a future
+// revision) is dropped. The caller holds mu.
+func (h *Hub) progressReady(st *Stream) progressState {
+	if len(st.watchers) == 0 {
+		return progressDrop
+	}
+	need := st.reqs.Target()
+	for _, w := range st.watchers {
+		if w.state == stateCompacted || w.startRev > st.reqs.Target() {
+			return progressDrop
+		}
+		need = max(need, w.createdRev)
+	}
+	if len(st.unsynced) > 0 || h.rev < need {
+		return progressWait
+	}
+	return progressSend
+}

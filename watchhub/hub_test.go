@@ -1,0 +1,400 @@
+package watchhub
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
+)
+
+const wait = 20 * time.Second
+
+// gatedSource lets a test hold the hub's tail reads (upTo == 0) while
+// catch-up reads go through.
+type gatedSource struct {
+	*mvcc.Store
+	mu   sync.Mutex
+	gate chan struct{}
+}
+
+func (g *gatedSource) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.gate = make(chan struct{})
+}
+
+func (g *gatedSource) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.gate)
+	g.gate = nil
+}
+
+func (g *gatedSource) ReadWatchEvents(ctx context.Context, from int64, maxRevs int, upTo int64) (mvcc.EventBatch, error) {
+	if upTo == 0 {
+		g.mu.Lock()
+		gate := g.gate
+		g.mu.Unlock()
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return mvcc.EventBatch{}, ctx.Err()
+			}
+		}
+	}
+	return g.Store.ReadWatchEvents(ctx, from, maxRevs, upTo)
+}
+
+func newStore(t *testing.T) *mvcc.Store {
+	t.Helper()
+	db, err := pebble.Open(t.TempDir(), pebble.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := mvcc.Open(db, mvcc.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(); _ = db.Close() })
+	return s
+}
+
+func newHub(t *testing.T, src Source, cfg Config) *Hub {
+	t.Helper()
+	h, err := New(context.Background(), src, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	return h
+}
+
+func putKey(t *testing.T, s *mvcc.Store, key, val string) int64 {
+	t.Helper()
+	r, err := s.Put(context.Background(), &pb.PutRequest{Key: []byte(key), Value: []byte(val)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Header.Revision
+}
+
+// drain pops responses until stop says it has enough.
+func drain(t *testing.T, st *Stream, stop func(r Response) bool) {
+	t.Helper()
+	deadline := time.After(wait)
+	var buf []Response
+	for {
+		buf = st.Pop(buf[:0], 64)
+		for _, r := range buf {
+			if stop(r) {
+				return
+			}
+		}
+		if len(buf) == 0 {
+			select {
+			case <-st.Ready():
+			case <-deadline:
+				t.Fatal("timed out draining a stream")
+			}
+		}
+	}
+}
+
+func TestIndexMatchesBruteForce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := []string{"", "a", "a/", "a/b", "a/b/c", "a0", "b", "b/x", "\xff", "\xff\xff", "c/d", "a/c"}
+	randKey := func() []byte {
+		k := keys[rng.IntN(len(keys))]
+		if rng.IntN(3) == 0 {
+			k += string(rune('a' + rng.IntN(3)))
+		}
+		return []byte(k)
+	}
+	ix := newIndex(true)
+	var live []*Watcher
+	for step := range 1500 {
+		if len(live) > 0 && rng.IntN(3) == 0 {
+			i := rng.IntN(len(live))
+			ix.remove(live[i])
+			live[i] = live[len(live)-1]
+			live = live[:len(live)-1]
+		} else {
+			w := &Watcher{id: int64(step), key: randKey()}
+			switch rng.IntN(4) {
+			case 0: // single key
+			case 1:
+				if e := prefixEnd(w.key); e != nil {
+					w.end = e
+				}
+			case 2:
+				w.end = []byte{}
+			case 3:
+				w.end = append(randKey(), 'z')
+			}
+			ix.add(w)
+			live = append(live, w)
+		}
+		if ix.size != len(live) {
+			t.Fatalf("size %d, want %d", ix.size, len(live))
+		}
+		for range 5 {
+			k := randKey()
+			var got, want []int64
+			for _, g := range ix.match(k, nil) {
+				for _, w := range g.ws {
+					got = append(got, w.id)
+				}
+			}
+			for _, w := range live {
+				if w.holds(k) {
+					want = append(want, w.id)
+				}
+			}
+			sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
+			sort.Slice(want, func(i, j int) bool { return want[i] < want[j] })
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("step %d key %q: matched %v, want %v", step, k, got, want)
+			}
+		}
+	}
+}
+
+// One stream that is never drained must neither block the hub nor the
+// other streams, must hold at most its bounded queue, and must get every
+// event once it drains.
+func TestSlowStreamIsolatedAndComplete(t *testing.T) {
+	s := newStore(t)
+	cfg := Config{StreamEntries: 16, StreamBytes: 32 << 10, CatchUpRevs: 20}
+	h := newHub(t, s, cfg)
+	ctx := context.Background()
+
+	slow := h.NewStream()
+	if err := slow.Watch(ctx, Options{Key: []byte("k/"), End: []byte("k0"), PrevKV: true}); err != nil {
+		t.Fatal(err)
+	}
+	const streams, writes = 200, 400
+	fast := make([]*Stream, streams)
+	for i := range fast {
+		fast[i] = h.NewStream()
+		o := Options{Key: []byte("k/"), End: []byte("k0")}
+		if i%2 == 1 {
+			o = Options{Key: []byte(fmt.Sprintf("k/%d", i%10))}
+		}
+		if err := fast[i].Watch(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var all []int64
+	keyOf := map[int64]int{}
+	var wg sync.WaitGroup
+	got := make([][]int64, streams)
+	errs := make(chan error, streams)
+	for i, st := range fast {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			want := writes
+			if i%2 == 1 {
+				want = writes / 10
+			}
+			deadline := time.After(wait)
+			var buf []Response
+			for len(got[i]) < want {
+				buf = st.Pop(buf[:0], 64)
+				for _, r := range buf {
+					for _, e := range r.Events {
+						got[i] = append(got[i], e.Rev())
+					}
+				}
+				if len(buf) == 0 {
+					select {
+					case <-st.Ready():
+					case <-deadline:
+						errs <- fmt.Errorf("stream %d got %d of %d events", i, len(got[i]), want)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for i := range writes {
+		rv := putKey(t, s, fmt.Sprintf("k/%d", i%10), "value")
+		all = append(all, rv)
+		keyOf[rv] = i % 10
+		if n, b := slow.Len(); n > cfg.StreamEntries+1 || b > cfg.StreamBytes+1024 {
+			t.Fatalf("slow stream holds %d responses, %d bytes", n, b)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i := range fast {
+		var want []int64
+		for _, rv := range all {
+			if i%2 == 0 || keyOf[rv] == i%10 {
+				want = append(want, rv)
+			}
+		}
+		if fmt.Sprint(got[i]) != fmt.Sprint(want) {
+			t.Fatalf("stream %d: events differ", i)
+		}
+	}
+	if st := h.Stats(); st.Slow != 1 {
+		t.Fatalf("stats %+v, want the undrained watcher slow", st)
+	}
+	var slowGot []int64
+	drain(t, slow, func(r Response) bool {
+		for _, e := range r.Events {
+			if e.PB.Kv.ModRevision != e.PB.Kv.CreateRevision && e.PB.PrevKv == nil {
+				t.Fatalf("event without PrevKv: %v", e.PB)
+			}
+			slowGot = append(slowGot, e.Rev())
+		}
+		return len(slowGot) == writes
+	})
+	if fmt.Sprint(slowGot) != fmt.Sprint(all) {
+		t.Fatal("slow stream's events differ from the history")
+	}
+	waitFor(t, func() bool { st := h.Stats(); return st.Slow == 0 && st.Synced == streams+1 })
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A progress request made while the hub is behind the store is answered
+// once the hub catches up, with a revision no lower than the store's at the
+// time of the request, after the events up to it.
+func TestProgressWaitsForTheHub(t *testing.T) {
+	s := newStore(t)
+	g := &gatedSource{Store: s}
+	h := newHub(t, g, Config{})
+	ctx := context.Background()
+	st := h.NewStream()
+	if err := st.Watch(ctx, Options{Key: []byte("p")}); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, st, func(r Response) bool { return r.Kind == KindCreated })
+	g.hold()
+	r1 := putKey(t, s, "p", "1")
+	putKey(t, s, "other", "1")
+	R := putKey(t, s, "other", "2")
+	if err := st.RequestProgress(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n, _ := st.Len(); n != 0 {
+		t.Fatalf("%d responses queued while the hub is held", n)
+	}
+	g.release()
+	var kinds []string
+	drain(t, st, func(r Response) bool {
+		switch r.Kind {
+		case KindEvents:
+			kinds = append(kinds, fmt.Sprintf("events@%d", r.Events[0].Rev()))
+		case KindProgress:
+			kinds = append(kinds, fmt.Sprintf("progress@%d/%d", r.Rev, r.WatchID))
+			return true
+		}
+		return false
+	})
+	if want := fmt.Sprintf("[events@%d progress@%d/-1]", r1, R); fmt.Sprint(kinds) != want {
+		t.Fatalf("got %v, want %s", kinds, want)
+	}
+}
+
+// The hub falling behind a whole compaction cancels the synced watchers
+// that needed a compacted revision, as etcd cancels an unsynced watcher,
+// and keeps the others.
+func TestHubBehindCompaction(t *testing.T) {
+	s := newStore(t)
+	g := &gatedSource{Store: s}
+	h := newHub(t, g, Config{})
+	ctx := context.Background()
+	st := h.NewStream()
+	if err := st.Watch(ctx, Options{Key: []byte("a")}); err != nil { // id 0, from now
+		t.Fatal(err)
+	}
+	g.hold()
+	putKey(t, s, "a", "1")
+	r2 := putKey(t, s, "a", "2")
+	if err := st.Watch(ctx, Options{Key: []byte("a"), StartRev: r2 + 5}); err != nil { // id 1, future
+		t.Fatal(err)
+	}
+	if _, err := s.Compact(ctx, &pb.CompactionRequest{Revision: r2}); err != nil {
+		t.Fatal(err)
+	}
+	g.release()
+	var got []string
+	drain(t, st, func(r Response) bool {
+		if r.Kind == KindCompacted {
+			got = append(got, fmt.Sprintf("compacted %d at %d", r.WatchID, r.CompactRev))
+		}
+		return r.Kind == KindCompacted
+	})
+	if fmt.Sprint(got) != fmt.Sprintf("[compacted 0 at %d]", r2) {
+		t.Fatalf("got %v", got)
+	}
+	// Watcher 1 is still live.
+	for range 5 {
+		putKey(t, s, "a", "x")
+	}
+	drain(t, st, func(r Response) bool { return r.Kind == KindEvents && r.WatchID == 1 })
+}
+
+// Stop ends every goroutine the hub started, including catch-ups blocked on
+// a full stream.
+func TestStopEndsGoroutines(t *testing.T) {
+	s := newStore(t)
+	before := runtime.NumGoroutine()
+	h, err := New(context.Background(), s, Config{StreamEntries: 2, CatchUpRevs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var streams []*Stream
+	for i := range 5 {
+		st := h.NewStream()
+		streams = append(streams, st)
+		if err := st.Watch(ctx, Options{Key: []byte("g"), StartRev: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			for range 20 {
+				putKey(t, s, "g", "v")
+			}
+		}
+	}
+	waitFor(t, func() bool { return h.Stats().Slow+h.Stats().Unsynced > 0 })
+	h.Stop()
+	for _, st := range streams {
+		st.Close()
+	}
+	deadline := time.Now().Add(wait)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

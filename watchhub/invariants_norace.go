@@ -1,0 +1,5 @@
+//go:build !race
+
+package watchhub
+
+const invariants = false

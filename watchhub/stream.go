@@ -1,0 +1,323 @@
+package watchhub
+
+import (
+	"bytes"
+	"context"
+	"errors"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/fdb-etcd/fdb-etcd/progress"
+)
+
+// Watch ids with a meaning of their own (clientv3.AutoWatchID and
+// clientv3.InvalidWatchID).
+const (
+	AutoWatchID    = 0
+	InvalidWatchID = progress.InvalidWatchID
+)
+
+// Cancel reasons etcd's mvcc package reports for a failed create; clients see
+// them in cancel_reason.
+var (
+	ErrEmptyRange  = errors.New("mvcc: watcher range is empty")
+	ErrDuplicateID = errors.New("mvcc: duplicate watch ID provided on the WatchStream")
+)
+
+// Options describe one watcher. Key and End are normalised the way etcd's
+// mvcc takes them: End nil for a single key, empty (non-nil) for every key
+// from Key on.
+type Options struct {
+	ID             int64 // AutoWatchID: the stream assigns one
+	Key, End       []byte
+	StartRev       int64 // 0: from the next revision
+	PrevKV         bool
+	Fragment       bool
+	ProgressNotify bool
+	NoPut          bool
+	NoDelete       bool
+}
+
+type watcherState uint8
+
+const (
+	stateSynced watcherState = iota
+	stateUnsynced
+	stateCompacted // canceled for compaction, still registered
+	stateRemoved
+)
+
+// Watcher is one watch of a stream.
+type Watcher struct {
+	st         *Stream
+	id         int64
+	key, end   []byte
+	startRev   int64
+	createdRev int64
+	prevKV     bool
+	fragment   bool
+	noPut      bool
+	noDelete   bool
+
+	// Guarded by the hub's mu.
+	state watcherState
+	next  int64 // the lowest revision the watcher still needs
+	slow  bool  // catching up because its stream queue was full
+	grp   *group
+	gpos  int
+	// Dispatch scratch, used by the hub goroutine under mu.
+	hits   []int32
+	hitRev int64
+	// Catch-up scratch, used by the stream's catch-up goroutine while the
+	// watcher is catching up.
+	cuEvents []*Event
+
+	// Guarded by the stream's qmu.
+	gone    bool  // canceled or closed: its queued-to-be responses are dropped
+	lastRev int64 // newest event revision queued (invariant checks)
+}
+
+func (w *Watcher) filtered(ev *mvccpb.Event) bool {
+	switch ev.Type {
+	case mvccpb.Event_PUT:
+		return w.noPut
+	case mvccpb.Event_DELETE:
+		return w.noDelete
+	}
+	return false
+}
+
+func (w *Watcher) holds(key []byte) bool {
+	switch {
+	case w.end == nil:
+		return bytes.Equal(key, w.key)
+	case len(w.end) == 0:
+		return bytes.Compare(key, w.key) >= 0
+	default:
+		return bytes.Compare(key, w.key) >= 0 && bytes.Compare(key, w.end) < 0
+	}
+}
+
+// Kind tells a stream's sender what a Response is.
+type Kind uint8
+
+// Response kinds.
+const (
+	KindEvents    Kind = iota // events of one watcher
+	KindCreated               // a watcher was created
+	KindRejected              // a create failed: created and canceled, watch id -1
+	KindCanceled              // a watcher was canceled by the client
+	KindCompacted             // a watcher was canceled because its start is compacted
+	KindProgress              // a progress notification
+)
+
+// Response is one WatchResponse to send, minus the header's member fields.
+type Response struct {
+	Kind         Kind
+	WatchID      int64
+	Rev          int64 // header revision
+	Events       []*Event
+	Created      bool
+	Canceled     bool
+	CompactRev   int64
+	CancelReason string
+	// Fragment is the watcher's fragment option (events responses).
+	Fragment bool
+	// ProgressNotify is the watcher's progress_notify option (created).
+	ProgressNotify bool
+	size           int
+}
+
+// Stream is one gRPC watch stream's share of the hub: its watchers and the
+// FIFO queue of responses its sender drains. The receiver calls Watch,
+// Cancel and RequestProgress; the sender calls Pop and WatcherProgress.
+type Stream struct {
+	h *Hub
+
+	// Guarded by the hub's mu.
+	watchers   map[int64]*Watcher
+	nextID     int64
+	unsynced   map[*Watcher]struct{}
+	catchingUp bool
+	reqs       progress.Requests
+	closed     bool
+
+	queue
+}
+
+// NewStream opens a stream.
+func (h *Hub) NewStream() *Stream {
+	st := &Stream{
+		h:        h,
+		watchers: map[int64]*Watcher{},
+		unsynced: map[*Watcher]struct{}{},
+		queue:    newQueue(h.cfg),
+	}
+	h.mu.Lock()
+	h.streams[st] = struct{}{}
+	h.mu.Unlock()
+	return st
+}
+
+// Reject queues the answer to a create request that fails before reaching
+// the hub (etcd's v3rpc checks): created and canceled, watch id -1, header
+// at the current revision.
+func (st *Stream) Reject(ctx context.Context, reason string) error {
+	rev, _, err := st.h.src.Rev(ctx)
+	if err != nil {
+		return err
+	}
+	st.reject(max(rev, st.h.Rev()), reason)
+	return nil
+}
+
+func (st *Stream) reject(rev int64, reason string) {
+	st.pushControl(Response{Kind: KindRejected, WatchID: InvalidWatchID, Rev: rev, Created: true, Canceled: true, CancelReason: reason})
+}
+
+// Watch creates a watcher and queues its created response (or the reason it
+// failed). The error is a storage error, which ends the stream.
+func (st *Stream) Watch(ctx context.Context, o Options) error {
+	h := st.h
+	cur, compacted, err := h.src.Rev(ctx)
+	if err != nil {
+		return err
+	}
+	if len(o.End) != 0 && bytes.Compare(o.Key, o.End) >= 0 {
+		st.reject(max(cur, h.Rev()), ErrEmptyRange.Error())
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hdr := max(cur, h.rev)
+	if st.closed {
+		return nil
+	}
+	id := o.ID
+	if id == AutoWatchID {
+		for st.watchers[st.nextID] != nil {
+			st.nextID++
+		}
+		id = st.nextID
+		st.nextID++
+	} else if st.watchers[id] != nil {
+		st.reject(hdr, ErrDuplicateID.Error())
+		return nil
+	}
+	w := &Watcher{
+		st: st, id: id, key: o.Key, end: o.End, startRev: o.StartRev, createdRev: hdr,
+		prevKV: o.PrevKV, fragment: o.Fragment, noPut: o.NoPut, noDelete: o.NoDelete,
+	}
+	st.watchers[id] = w
+	st.pushControl(Response{Kind: KindCreated, WatchID: id, Rev: hdr, Created: true, ProgressNotify: o.ProgressNotify})
+	switch {
+	case o.StartRev > 0 && o.StartRev < compacted:
+		h.compact(w, compacted)
+	case o.StartRev == 0:
+		w.next = hdr + 1
+		h.idx.add(w)
+	case o.StartRev > h.rev:
+		w.next = o.StartRev
+		h.idx.add(w)
+	default:
+		w.next = o.StartRev
+		h.addUnsynced(w)
+	}
+	return nil
+}
+
+// Cancel cancels a watcher and queues the canceled response; an unknown id
+// gets no response, as in etcd.
+func (st *Stream) Cancel(ctx context.Context, id int64) error {
+	h := st.h
+	cur, _, err := h.src.Rev(ctx)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := st.watchers[id]
+	if w == nil || st.closed {
+		return nil
+	}
+	delete(st.watchers, id)
+	h.detach(w)
+	st.qmu.Lock()
+	w.gone = true
+	st.pushControlLocked(Response{Kind: KindCanceled, WatchID: id, Rev: max(cur, h.rev), Canceled: true})
+	st.qmu.Unlock()
+	if st.reqs.Pending() {
+		h.answer(st)
+	}
+	return nil
+}
+
+// detach takes w out of the hub. The caller holds mu.
+func (h *Hub) detach(w *Watcher) {
+	switch w.state {
+	case stateSynced:
+		h.idx.remove(w)
+	case stateUnsynced:
+		delete(w.st.unsynced, w)
+	}
+	w.state = stateRemoved
+}
+
+// RequestProgress handles a WatchProgressRequest: the answer (watch id -1) is
+// queued once every watcher of the stream has been sent every event up to
+// the store's current revision; see Hub.progressReady for when it is dropped
+// instead.
+func (st *Stream) RequestProgress(ctx context.Context) error {
+	h := st.h
+	rev, _, err := h.src.Rev(ctx)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if st.closed || len(st.watchers) == 0 {
+		return nil
+	}
+	st.reqs.Add(rev)
+	h.answer(st)
+	return nil
+}
+
+// WatcherProgress queues periodic progress notifications for the given
+// watchers, each under its own id, for those that are synced and past their
+// start revision; the others are skipped, as in etcd.
+func (st *Stream) WatcherProgress(ids []int64) {
+	if len(ids) == 0 {
+		return
+	}
+	h := st.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range ids {
+		w := st.watchers[id]
+		if w == nil || w.state != stateSynced || !progress.Eligible(h.rev, w.startRev, w.createdRev) {
+			continue
+		}
+		st.pushControl(Response{Kind: KindProgress, WatchID: id, Rev: h.rev})
+	}
+}
+
+// Close removes every watcher of the stream from the hub and drops what is
+// still queued. The sender's Done channel closes.
+func (st *Stream) Close() {
+	h := st.h
+	h.mu.Lock()
+	if !st.closed {
+		st.closed = true
+		for _, w := range st.watchers {
+			h.detach(w)
+		}
+		clear(st.watchers)
+		clear(st.unsynced)
+		st.reqs.Take()
+		delete(h.waiting, st)
+		delete(h.streams, st)
+	}
+	h.mu.Unlock()
+	st.closeQueue()
+}
