@@ -69,6 +69,7 @@ func (l *Lessor) lose(why string) {
 	defer l.mu.Unlock()
 	if l.own.owned {
 		l.lg.Info("lease expiry ownership lost", zap.Uint64("epoch", l.own.epoch), zap.String("reason", why))
+		l.cfg.Observer.SetLeaseOwner(false)
 	}
 	l.own = ownState{}
 }
@@ -112,6 +113,7 @@ func (l *Lessor) renewOwnership(now time.Time) {
 	if !l.own.owned || l.own.epoch != o.Epoch {
 		l.lg.Info("lease expiry ownership acquired", zap.Uint64("epoch", o.Epoch), zap.Uint64("owner", o.ID))
 		l.own = ownState{owned: true, epoch: o.Epoch}
+		l.cfg.Observer.SetLeaseOwner(true)
 	}
 }
 
@@ -333,6 +335,8 @@ func (l *Lessor) expire(epoch uint64, id int64, nowN int64) outcome {
 	switch {
 	case err == nil:
 		l.lg.Debug("lease expired", zap.Int64("lease", id), zap.Int64("revision", resp.Header.Revision))
+		l.cfg.Observer.LeaseExpired(1)
+		l.cfg.Observer.LeaseRevoked()
 		return outExpired
 	case errors.Is(err, mvcc.ErrLeaseNotFound):
 		return outExpired

@@ -60,6 +60,9 @@ var (
 // Config tunes a Lessor. The zero value is etcd's defaults.
 type Config struct {
 	Logger *zap.Logger
+	// Observer is told about grants, renewals, revocations, expiries and
+	// ownership changes (the server's metrics); nil means nobody.
+	Observer Observer
 	// Clock defaults to the system clock.
 	Clock Clock
 	// MinTTL is the smallest TTL granted, in seconds; shorter requests are
@@ -102,6 +105,9 @@ func (c *Config) defaults() {
 	}
 	if c.MinTTL <= 0 {
 		c.MinTTL = 2
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
 	}
 	if c.Extend <= 0 {
 		c.Extend = time.Second
@@ -224,6 +230,23 @@ type Granted struct {
 	Revision int64
 }
 
+// Observer receives lease lifecycle events.
+type Observer interface {
+	LeaseGranted()
+	LeaseRenewed()
+	LeaseRevoked()
+	LeaseExpired(n int)
+	SetLeaseOwner(owner bool)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) LeaseGranted()      {}
+func (nopObserver) LeaseRenewed()      {}
+func (nopObserver) LeaseRevoked()      {}
+func (nopObserver) LeaseExpired(int)   {}
+func (nopObserver) SetLeaseOwner(bool) {}
+
 // Grant grants a lease with the given ID, or a generated one if id is 0.
 func (l *Lessor) Grant(ctx context.Context, id, ttl int64) (Granted, error) {
 	if ttl > MaxLeaseTTL {
@@ -242,6 +265,7 @@ func (l *Lessor) Grant(ctx context.Context, id, ttl int64) (Granted, error) {
 		if err != nil {
 			return Granted{}, err
 		}
+		l.cfg.Observer.LeaseGranted()
 		return Granted{ID: gid, TTL: ttl, Revision: res.rev}, nil
 	}
 }
@@ -256,6 +280,7 @@ func (l *Lessor) Revoke(ctx context.Context, id int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	l.cfg.Observer.LeaseRevoked()
 	return resp.Header.Revision, nil
 }
 
@@ -290,12 +315,14 @@ func (l *Lessor) Renew(ctx context.Context, id int64) (ttl, rev int64, err error
 	}
 	now := l.clock.Now().UnixMicro()
 	if rec.Deadline >= addSat(now, ttlDuration(rec.TTL)) {
+		l.cfg.Observer.LeaseRenewed()
 		return rec.TTL, rev, nil // a durable deadline already covers it
 	}
 	res, err := l.submit(ctx, &writeReq{id: id})
 	if err != nil {
 		return 0, rev, err
 	}
+	l.cfg.Observer.LeaseRenewed()
 	return res.ttl, rev, nil
 }
 

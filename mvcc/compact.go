@@ -132,8 +132,10 @@ func (s *Store) compactor() {
 		case <-s.stop:
 			return
 		}
+		start, keys := time.Now(), 0
 		for {
-			finished, more, err := s.compactStep(ctx)
+			finished, more, n, err := s.compactStep(ctx)
+			keys += n
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -147,6 +149,9 @@ func (s *Store) compactor() {
 				break
 			}
 		}
+		if keys > 0 && s.cfg.ObserveCompaction != nil {
+			s.cfg.ObserveCompaction(time.Since(start), keys)
+		}
 	}
 }
 
@@ -155,9 +160,9 @@ func (s *Store) compactor() {
 // at or below the compaction revision goes; that newest version goes too if
 // it is a tombstone strictly below it, along with the key's index entry, so a
 // deleted key can never reappear.
-func (s *Store) compactStep(ctx context.Context) (finished int64, more bool, err error) {
+func (s *Store) compactStep(ctx context.Context) (finished int64, more bool, cleaned int, err error) {
 	err = s.db.Update(ctx, func(tx storage.Tx) error {
-		finished, more = 0, false
+		finished, more, cleaned = 0, false, 0
 		_, c, err := readState(tx)
 		if err != nil {
 			return err
@@ -213,13 +218,14 @@ func (s *Store) compactStep(ctx context.Context) (finished int64, more bool, err
 				return err
 			}
 		}
+		cleaned = len(sorted)
 		tx.ClearRange(keyspace.LogFrom(from), keyspace.LogFrom(upTo))
 		c.Finished = upTo
 		tx.Set(keyspace.Compaction, encodeCompaction(c))
 		finished, more = upTo, upTo < c.Requested
 		return nil
 	})
-	return finished, more, err
+	return finished, more, cleaned, err
 }
 
 func isFirstPart(k []byte) bool {

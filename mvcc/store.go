@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.uber.org/zap"
@@ -26,6 +27,9 @@ type Config struct {
 	// cleans up.
 	CompactionBatch int
 	Sequencer       revision.Config
+	// ObserveCompaction, when set, is told how long each physical compaction
+	// took and how many keys it cleaned.
+	ObserveCompaction func(took time.Duration, keys int)
 }
 
 // Store is etcd's key-value model over a storage.DB.

@@ -75,6 +75,12 @@ func newOps(cfg *Config, db storage.DB) (*ops, storage.DB, error) {
 	} else {
 		cfg.MVCC.Sequencer.Observe = o.metrics.ObserveBatch
 	}
+	if cfg.MVCC.ObserveCompaction == nil {
+		cfg.MVCC.ObserveCompaction = o.metrics.ObserveCompaction
+	}
+	if cfg.Lease.Observer == nil {
+		cfg.Lease.Observer = o.metrics
+	}
 	return o, measured, nil
 }
 
