@@ -52,7 +52,10 @@ type DB struct {
 	rnd *rand.Rand
 }
 
-var _ storage.DB = (*DB)(nil)
+var (
+	_ storage.DB      = (*DB)(nil)
+	_ storage.Scanner = (*tx)(nil)
+)
 
 // Wrap returns inner wrapped with the given faults.
 func Wrap(inner storage.DB, opt Options) *DB {
@@ -217,6 +220,28 @@ func (t *tx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storage.Ke
 		return nil, err
 	}
 	return t.r.GetRange(begin, end, opt)
+}
+
+// Scan passes storage.Scanner through with the same checks as any read, so
+// that callers take their fast path under faults too; over an inner backend
+// without it, it replays GetRange.
+func (t *tx) Scan(begin, end []byte, fn func(key, value []byte) bool) error {
+	if err := t.read(); err != nil {
+		return err
+	}
+	if sc, ok := t.r.(storage.Scanner); ok {
+		return sc.Scan(begin, end, fn)
+	}
+	kvs, err := t.r.GetRange(begin, end, storage.RangeOptions{})
+	if err != nil {
+		return err
+	}
+	for _, kv := range kvs {
+		if !fn(kv.Key, kv.Value) {
+			break
+		}
+	}
+	return nil
 }
 
 func (t *tx) fail(err error) {

@@ -89,18 +89,18 @@ func Open(dir string, o Options) (*DB, error) {
 // Update runs fn in a serialised read-write transaction and commits it durably.
 func (s *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 	for {
-		if err := s.enter(ctx); err != nil {
-			return err
-		}
-		err := s.updateOnce(fn)
-		s.leave()
+		err := s.updateOnce(ctx, fn)
 		if err == nil || !storage.Retryable(err) {
 			return err
 		}
 	}
 }
 
-func (s *DB) updateOnce(fn func(storage.Tx) error) error {
+func (s *DB) updateOnce(ctx context.Context, fn func(storage.Tx) error) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave() // deferred: a panicking fn must not leave Close waiting
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	b := s.db.NewIndexedBatch()
@@ -128,30 +128,27 @@ func (s *DB) wake() {
 // View runs fn on a snapshot.
 func (s *DB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
 	for {
-		if err := s.enter(ctx); err != nil {
-			return err
-		}
-		snap := s.db.NewSnapshot()
-		err := fn(&tx{r: snap})
-		snap.Close()
-		s.leave()
+		err := s.viewOnce(ctx, fn)
 		if err == nil || !storage.Retryable(err) {
 			return err
 		}
 	}
 }
 
+func (s *DB) viewOnce(ctx context.Context, fn func(storage.ReadTx) error) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	return fn(&tx{r: snap})
+}
+
 // WaitChange waits for a commit that leaves key with a value other than seen.
 func (s *DB) WaitChange(ctx context.Context, key, seen []byte) error {
 	for {
-		if err := s.enter(ctx); err != nil {
-			return err
-		}
-		s.notifyMu.Lock()
-		ch := s.notify
-		s.notifyMu.Unlock()
-		v, err := get(s.db, key)
-		s.leave()
+		ch, v, err := s.current(ctx, key)
 		if err != nil {
 			return err
 		}
@@ -166,6 +163,20 @@ func (s *DB) WaitChange(ctx context.Context, key, seen []byte) error {
 			return storage.ErrClosed
 		}
 	}
+}
+
+// current returns the commit notification channel and then the value at key,
+// in that order, so that a commit after the read closes the channel.
+func (s *DB) current(ctx context.Context, key []byte) (<-chan struct{}, []byte, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, nil, err
+	}
+	defer s.leave()
+	s.notifyMu.Lock()
+	ch := s.notify
+	s.notifyMu.Unlock()
+	v, err := get(s.db, key)
+	return ch, v, err
 }
 
 // Size reports the bytes the store occupies on disk.
@@ -252,13 +263,13 @@ func (t *tx) GetMany(keys [][]byte) ([][]byte, error) {
 		}
 		return out, nil
 	}
-	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: keys[0]})
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: lower(keys[0])})
 	if err != nil {
 		return nil, err
 	}
 	defer it.Close()
 	for i, k := range keys {
-		if !it.SeekGE(k) || !bytes.Equal(it.Key(), k) {
+		if !seekGE(it, k) || !bytes.Equal(it.Key(), k) {
 			continue
 		}
 		v, err := it.ValueAndErr()
@@ -268,6 +279,22 @@ func (t *tx) GetMany(keys [][]byte) ([][]byte, error) {
 		out[i] = append(make([]byte, 0, len(v)), v...) // non-nil: present, even if empty
 	}
 	return out, it.Error()
+}
+
+// lower turns the empty key, the smallest one, into nil ("unbounded"): Pebble's
+// invariants builds (on under -race) index an empty non-nil bound or seek key.
+func lower(begin []byte) []byte {
+	if len(begin) == 0 {
+		return nil
+	}
+	return begin
+}
+
+func seekGE(it *pebble.Iterator, k []byte) bool {
+	if len(k) == 0 {
+		return it.First()
+	}
+	return it.SeekGE(k)
 }
 
 func ascending(keys [][]byte) bool {
@@ -281,7 +308,10 @@ func ascending(keys [][]byte) bool {
 
 // Scan implements storage.Scanner without copying keys or values.
 func (t *tx) Scan(begin, end []byte, fn func(key, value []byte) bool) error {
-	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: begin, UpperBound: end})
+	if bytes.Compare(begin, end) >= 0 {
+		return nil // empty range; a nil end is the empty key, not "no bound"
+	}
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: lower(begin), UpperBound: end})
 	if err != nil {
 		return err
 	}
@@ -304,7 +334,7 @@ func (t *tx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storage.Ke
 	if bytes.Compare(begin, end) >= 0 {
 		return nil, nil
 	}
-	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: begin, UpperBound: end})
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: lower(begin), UpperBound: end})
 	if err != nil {
 		return nil, err
 	}
