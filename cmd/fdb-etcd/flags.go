@@ -21,6 +21,8 @@ type config struct {
 	fdbClusterFile string
 	fdbPrefix      string
 	fdbAPIVersion  int
+
+	test testHooks // test-only hooks (testhooks.go)
 }
 
 func parseFlags(args []string) (*config, error) {
@@ -49,6 +51,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.fdbAPIVersion, "fdb-api-version", 730, "FoundationDB client API version (backend fdb)")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
 	finishOps := registerOpsFlags(fs, &c)
+	registerTestFlags(fs, &c.test)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

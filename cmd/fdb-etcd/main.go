@@ -28,6 +28,9 @@ func run(args []string) error {
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return healthcheck(args[1:])
 	}
+	if len(args) > 0 && args[0] == "experimental-export-persisted" {
+		return exportPersisted(args[1:], os.Stdout) // test only (testhooks.go)
+	}
 	cfg, err := parseFlags(args)
 	if err != nil {
 		return err
@@ -46,6 +49,9 @@ func run(args []string) error {
 
 	db, err := openBackend(cfg)
 	if err != nil {
+		return err
+	}
+	if db, err = cfg.test.wrap(db, lg); err != nil { // test-only hooks, off by default
 		return err
 	}
 	srv, err := server.New(cfg.server, db)

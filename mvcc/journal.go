@@ -1,0 +1,240 @@
+package mvcc
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+// The persisted-request journal is a TEST-ONLY storage wrapper. etcd's
+// robustness validators need every request the server persisted, in order;
+// etcd reads them from its raft WAL. fdb-etcd's equivalent is the revision log
+// plus the history versions it names, but compaction removes both, and lease
+// grants, empty revokes and compactions take no revision. The journal keeps,
+// in the same storage transaction as the writes themselves (so it is exactly
+// as durable and atomic as they are, under crashes, retries and
+// commit-unknown-result), a copy of every write to the families that describe
+// persisted requests:
+//
+//	history and chunks (values)      0x03, 0x04
+//	revision log (events, by rev)    0x05
+//	lease records (grants, revokes)  0x07 set / clear
+//	compaction state                 0x01 'c'
+//
+// Copies live under a family no layer reads (0xfe) and are never cleared, so
+// ExportPersisted can rebuild the persisted requests after any amount of
+// compaction. It doubles the bytes written; never enable it in production.
+var (
+	journalRecords = []byte{0xfe, 'j'}
+	journalCounter = []byte{0xfe, 'n'}
+)
+
+// journalPartBytes keeps each stored journal part under FoundationDB's value
+// limit, so the journal also works over the faulty wrapper's limits.
+const journalPartBytes = 90_000
+
+const (
+	jopSet   = 1
+	jopClear = 2
+)
+
+// Journal wraps db so that every committed transaction also records, in the
+// same transaction, the writes ExportPersisted needs. Test and debugging use
+// only: see the comment above.
+func Journal(db storage.DB) storage.DB { return &journalDB{inner: db} }
+
+type journalDB struct{ inner storage.DB }
+
+var (
+	_ storage.DB      = (*journalDB)(nil)
+	_ storage.Sizer   = (*journalDB)(nil)
+	_ storage.Scanner = (*journalTx)(nil)
+)
+
+func (j *journalDB) Update(ctx context.Context, fn func(storage.Tx) error) error {
+	return j.inner.Update(ctx, func(tx storage.Tx) error {
+		jt := &journalTx{Tx: tx}
+		if err := fn(jt); err != nil {
+			return err
+		}
+		if len(jt.rec) == 0 {
+			return nil
+		}
+		v, err := tx.Get(journalCounter)
+		if err != nil {
+			return err
+		}
+		var n uint64
+		if len(v) == 8 {
+			n = binary.BigEndian.Uint64(v)
+		}
+		n++
+		for i, rec := 0, jt.rec; len(rec) > 0; i++ {
+			p := min(len(rec), journalPartBytes)
+			tx.Set(journalKey(n, i), rec[:p])
+			rec = rec[p:]
+		}
+		tx.Set(journalCounter, binary.BigEndian.AppendUint64(nil, n))
+		return nil
+	})
+}
+
+func (j *journalDB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
+	return j.inner.View(ctx, fn)
+}
+
+func (j *journalDB) WaitChange(ctx context.Context, key, seen []byte) error {
+	return j.inner.WaitChange(ctx, key, seen)
+}
+
+func (j *journalDB) Close() error { return j.inner.Close() }
+
+func (j *journalDB) Size() (int64, error) {
+	if s, ok := j.inner.(storage.Sizer); ok {
+		return s.Size()
+	}
+	return 0, nil
+}
+
+func journalKey(n uint64, part int) []byte {
+	k := append([]byte(nil), journalRecords...)
+	k = binary.BigEndian.AppendUint64(k, n)
+	return binary.BigEndian.AppendUint32(k, uint32(part))
+}
+
+type journalTx struct {
+	storage.Tx
+	rec []byte
+}
+
+func journaled(key []byte) bool {
+	if len(key) == 0 {
+		return false
+	}
+	switch key[0] {
+	case keyspace.History(nil, 0)[0], keyspace.Chunk(nil, 0, 0)[0], keyspace.LogFrom(0)[0], keyspace.Lease(0)[0]:
+		return true
+	}
+	return string(key) == string(keyspace.Compaction)
+}
+
+func (t *journalTx) record(op byte, key, value []byte) {
+	t.rec = append(t.rec, op)
+	t.rec = binary.AppendUvarint(t.rec, uint64(len(key)))
+	t.rec = append(t.rec, key...)
+	t.rec = binary.AppendUvarint(t.rec, uint64(len(value)))
+	t.rec = append(t.rec, value...)
+}
+
+func (t *journalTx) Set(key, value []byte) {
+	if journaled(key) {
+		t.record(jopSet, key, value)
+	}
+	t.Tx.Set(key, value)
+}
+
+func (t *journalTx) Clear(key []byte) {
+	if len(key) > 0 && key[0] == keyspace.Lease(0)[0] {
+		t.record(jopClear, key, nil)
+	}
+	t.Tx.Clear(key)
+}
+
+// Scan keeps the inner transaction's zero-copy scan available.
+func (t *journalTx) Scan(begin, end []byte, fn func(key, value []byte) bool) error {
+	if sc, ok := t.Tx.(storage.Scanner); ok {
+		return sc.Scan(begin, end, fn)
+	}
+	kvs, err := t.Tx.GetRange(begin, end, storage.RangeOptions{})
+	if err != nil {
+		return err
+	}
+	for _, kv := range kvs {
+		if !fn(kv.Key, kv.Value) {
+			break
+		}
+	}
+	return nil
+}
+
+type journalOp struct {
+	op         byte
+	key, value []byte
+}
+
+// readJournal returns the journal's transactions in commit order, each as
+// its recorded operations in the order they were issued.
+func readJournal(ctx context.Context, db storage.DB) ([][]journalOp, error) {
+	var out [][]journalOp
+	var cur []byte
+	var curN uint64
+	flush := func() error {
+		if cur == nil {
+			return nil
+		}
+		ops, err := decodeJournal(cur)
+		if err != nil {
+			return fmt.Errorf("journal record %d: %w", curN, err)
+		}
+		out = append(out, ops)
+		cur = nil
+		return nil
+	}
+	begin, end := journalRecords, storage.Strinc(journalRecords)
+	for {
+		var kvs []storage.KeyValue
+		err := db.View(ctx, func(tx storage.ReadTx) error {
+			var err error
+			kvs, err = tx.GetRange(begin, end, storage.RangeOptions{Limit: 1000})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range kvs {
+			if len(kv.Key) != len(journalRecords)+12 {
+				return nil, fmt.Errorf("journal: malformed key %x", kv.Key)
+			}
+			n := binary.BigEndian.Uint64(kv.Key[len(journalRecords):])
+			part := binary.BigEndian.Uint32(kv.Key[len(journalRecords)+8:])
+			if part == 0 {
+				if err := flush(); err != nil {
+					return nil, err
+				}
+				if n != uint64(len(out))+1 {
+					return nil, fmt.Errorf("journal: record %d follows %d", n, len(out))
+				}
+				curN, cur = n, []byte{}
+			} else if n != curN || cur == nil {
+				return nil, fmt.Errorf("journal: stray part %d of record %d", part, n)
+			}
+			cur = append(cur, kv.Value...)
+		}
+		if len(kvs) < 1000 {
+			break
+		}
+		begin = append(kvs[len(kvs)-1].Key, 0)
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func decodeJournal(b []byte) ([]journalOp, error) {
+	var ops []journalOp
+	d := decoder{b: b}
+	for d.err == nil && len(d.b) > 0 {
+		op := journalOp{op: d.byte1()}
+		op.key = d.bytes(d.uvarint())
+		op.value = d.bytes(d.uvarint())
+		if d.err == nil && op.op != jopSet && op.op != jopClear {
+			return nil, errCorrupt
+		}
+		ops = append(ops, op)
+	}
+	return ops, d.err
+}
