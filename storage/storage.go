@@ -52,7 +52,10 @@ type RangeOptions struct {
 
 // ReadTx reads from a consistent snapshot (View) or from a read-write
 // transaction, which also sees its own writes (Update). Returned slices are
-// owned by the caller.
+// owned by the caller. A nil value means absent; an empty non-nil value is a
+// present, empty value. A nil or empty range end is an empty range, never
+// "to the end": pass Strinc(prefix) or an explicit bound. Keys starting with
+// 0xff are FoundationDB's system keyspace and must not be used.
 type ReadTx interface {
 	// Get returns the value at key, or nil when the key is absent.
 	Get(key []byte) ([]byte, error)
@@ -64,7 +67,7 @@ type ReadTx interface {
 	GetRange(begin, end []byte, opt RangeOptions) ([]KeyValue, error)
 }
 
-// Tx is a read-write transaction.
+// Tx is a read-write transaction. Set copies its arguments.
 type Tx interface {
 	ReadTx
 	Set(key, value []byte)
@@ -84,7 +87,9 @@ type DB interface {
 	// WaitChange returns once the value at key differs from seen (nil meaning
 	// absent), or with ctx's error. It may return spuriously; callers re-read.
 	WaitChange(ctx context.Context, key, seen []byte) error
-	// Close releases the backend. Calls after Close fail with ErrClosed.
+	// Close waits for calls in flight, wakes blocked WaitChange calls, and
+	// releases the backend. Calls after Close, and a second Close, fail with
+	// ErrClosed.
 	Close() error
 }
 
