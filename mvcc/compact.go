@@ -120,12 +120,7 @@ func (s *Store) notifyCompacted(finished int64) {
 // physical compaction catches up with the requested one.
 func (s *Store) compactor() {
 	defer s.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-s.stop
-		cancel()
-	}()
+	ctx := s.ctx
 	for {
 		select {
 		case <-s.compactWake:

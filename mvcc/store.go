@@ -41,6 +41,9 @@ type Store struct {
 
 	compactWake chan struct{}
 	stop        chan struct{}
+	// ctx ends when the store closes, cancelling background storage calls.
+	ctx    context.Context
+	cancel context.CancelFunc
 	wg          sync.WaitGroup
 	closeOnce   sync.Once
 
@@ -66,6 +69,7 @@ func Open(db storage.DB, cfg Config) (*Store, error) {
 		compactWake: make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := db.View(context.Background(), func(tx storage.ReadTx) error {
 		_, err := revision.ReadHead(tx)
 		return err
@@ -85,6 +89,7 @@ func (s *Store) Close() {
 	s.closeOnce.Do(func() {
 		s.seq.Stop()
 		close(s.stop)
+		s.cancel()
 		s.wg.Wait()
 	})
 }
