@@ -23,11 +23,11 @@ type entry struct {
 }
 
 // scanLive calls fn for every key in [begin, end) that is live at rev, in key
-// order, reading at most pageKeys index entries (0: no limit). key is only
-// valid during the call. It returns the key to resume from, or nil when the
+// order, reading at most pageKeys index entries (0: no limit), until fn
+// returns false. key is only valid during the call. It returns the key to resume from, or nil when the
 // range is exhausted. Index entries newer than rev are resolved from history,
 // so any retained revision reads exactly.
-func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, fn func(key []byte, m meta, ver *version)) ([]byte, error) {
+func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, fn func(key []byte, m meta, ver *version) bool) ([]byte, error) {
 	lb, le := keyspace.LatestRange(begin, end)
 	var (
 		n    int
@@ -42,9 +42,10 @@ func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, fn 
 			return false
 		}
 		key := keyspace.LatestKey(k)
+		more := true
 		if m.ModRev <= rev {
 			if !m.Tombstone {
-				fn(key, m, nil)
+				more = fn(key, m, nil)
 			}
 		} else {
 			e, err := versionAt(tx, key, rev)
@@ -53,8 +54,11 @@ func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, fn 
 				return false
 			}
 			if e != nil {
-				fn(key, e.meta, e.ver)
+				more = fn(key, e.meta, e.ver)
 			}
+		}
+		if !more {
+			return false
 		}
 		if pageKeys > 0 && n == pageKeys {
 			last = append(bytes.Clone(key), 0)
@@ -145,10 +149,11 @@ func rangeAt(tx storage.ReadTx, key, end []byte, rev int64, ov *overlay) ([]*ent
 	}
 	cursor := key
 	for cursor != nil {
-		next, err := scanLive(tx, cursor, end, rev, 4096, func(key []byte, m meta, ver *version) {
+		next, err := scanLive(tx, cursor, end, rev, 4096, func(key []byte, m meta, ver *version) bool {
 			if ov == nil || !ov.has(key) {
 				out = append(out, &entry{key: bytes.Clone(key), meta: m, ver: ver})
 			}
+			return true
 		})
 		if err != nil {
 			return nil, err

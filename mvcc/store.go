@@ -326,6 +326,18 @@ func writeChanges(tx storage.Tx, rev int64, id revision.RequestID, changes []cha
 // Range reads a range at a revision, paging across read transactions at that
 // fixed revision so that no single storage transaction grows with the range.
 func (s *Store) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	return s.rangeRead(ctx, r, true)
+}
+
+// RangeChunk is Range without the total count (etcd 3.7's withTotalCount
+// false): it stops reading once it has the keys the limit asks for, so a
+// streamed range does not re-count the rest of the range for every chunk.
+// Count in its response covers only the keys read.
+func (s *Store) RangeChunk(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	return s.rangeRead(ctx, r, false)
+}
+
+func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount bool) (*pb.RangeResponse, error) {
 	end := normEnd(r.RangeEnd)
 	keep := keepFor(r)
 	var (
@@ -357,11 +369,12 @@ func (s *Store) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespons
 			if rev < c.Requested {
 				return ErrCompacted
 			}
-			collect := func(key []byte, m meta, ver *version) {
+			collect := func(key []byte, m meta, ver *version) bool {
 				pageCount++
 				if keep < 0 || len(kept)+len(page) < keep {
 					page = append(page, &entry{key: bytes.Clone(key), meta: m, ver: ver})
 				}
+				return withCount || keep < 0 || len(kept)+len(page) < keep
 			}
 			if end == nil {
 				e, err := getAt(tx, r.Key, rev, nil)
@@ -383,6 +396,9 @@ func (s *Store) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespons
 		kept = append(kept, page...)
 		count += pageCount
 		cursor = next
+		if !withCount && keep >= 0 && len(kept) >= keep {
+			break
+		}
 	}
 	return buildRange(r, kept, count, head, func(es []*entry) error { return s.resolvePaged(ctx, es, rev) })
 }

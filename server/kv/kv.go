@@ -3,11 +3,15 @@
 package kv
 
 import (
+	"bytes"
 	"context"
+	"math"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -18,6 +22,8 @@ import (
 // Store is what the KV service needs from the data model.
 type Store interface {
 	Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
+	// RangeChunk is Range without the total count, for streamed chunks.
+	RangeChunk(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
 	Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error)
 	DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
 	Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error)
@@ -73,31 +79,87 @@ func (s *Server) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespon
 	return resp, nil
 }
 
-// RangeStream is Range streamed in chunks (etcd 3.7): every chunk but the
-// last carries only kvs; the last carries header, count and more.
+// RangeStream is etcd 3.7's streamed Range: chunks read one after another at
+// the revision pinned by the first, growing or shrinking toward the request
+// size limit; only the last chunk carries the header, more and the count.
 func (s *Server) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingServer[pb.RangeStreamResponse]) error {
-	resp, err := s.Range(stream.Context(), r)
-	if err != nil {
+	if err := ValidateRange(r); err != nil {
 		return err
 	}
-	const chunkBytes = 1 << 20
-	kvs := resp.Kvs
-	for len(kvs) > 0 {
-		n, size := 0, 0
-		for n < len(kvs) && (n == 0 || size+proto.Size(kvs[n]) <= chunkBytes) {
-			size += proto.Size(kvs[n])
-			n++
+	if r.SortOrder != pb.RangeRequest_NONE && (r.SortTarget != pb.RangeRequest_KEY || r.SortOrder != pb.RangeRequest_ASCEND) {
+		return status.Error(codes.Unimplemented, "RangeStream does not support custom sort orders")
+	}
+	if r.MinModRevision != 0 || r.MaxModRevision != 0 || r.MinCreateRevision != 0 || r.MaxCreateRevision != 0 {
+		return status.Error(codes.Unimplemented, "RangeStream does not support revision filters")
+	}
+	ctx := stream.Context()
+	if r.CountOnly {
+		resp, err := s.store.Range(ctx, r)
+		if err != nil {
+			return errmap.ToGRPC(err)
 		}
-		if n == len(kvs) {
-			break // the rest goes out with the final chunk
+		out := &pb.RangeResponse{Header: s.hdr.New(resp.Header.Revision), Count: resp.Count}
+		return stream.Send(&pb.RangeStreamResponse{RangeResponse: out})
+	}
+	req := proto.Clone(r).(*pb.RangeRequest)
+	total := r.Limit
+	if total <= 0 {
+		total = math.MaxInt64
+	}
+	req.Limit = min(initialStreamChunk, total)
+	var sent, headerRev int64
+	for {
+		resp, err := s.store.RangeChunk(ctx, req)
+		if err != nil {
+			return errmap.ToGRPC(err)
 		}
-		if err := stream.Send(&pb.RangeStreamResponse{RangeResponse: &pb.RangeResponse{Kvs: kvs[:n]}}); err != nil {
+		if headerRev == 0 {
+			headerRev = resp.Header.Revision
+			if req.Revision <= 0 {
+				req.Revision = headerRev
+			}
+		}
+		sent += int64(len(resp.Kvs))
+		var next []byte
+		if resp.More {
+			next = append(bytes.Clone(resp.Kvs[len(resp.Kvs)-1].Key), 0)
+		}
+		out := &pb.RangeResponse{Kvs: resp.Kvs}
+		done := !resp.More || sent == total
+		if done {
+			out.Header, out.More, out.Count = s.hdr.New(headerRev), resp.More, sent
+			if resp.More {
+				rest, err := s.store.Range(ctx, &pb.RangeRequest{Key: next, RangeEnd: req.RangeEnd, Revision: req.Revision, CountOnly: true})
+				if err != nil {
+					return errmap.ToGRPC(err)
+				}
+				out.Count += rest.Count
+			}
+		}
+		if err := stream.Send(&pb.RangeStreamResponse{RangeResponse: out}); err != nil {
 			return err
 		}
-		kvs = kvs[n:]
+		if done {
+			return nil
+		}
+		req.Key = next
+		req.Limit = min(nextChunkLimit(req.Limit, proto.Size(resp), s.cfg.MaxRequestBytes), total-sent)
 	}
-	final := &pb.RangeResponse{Header: resp.Header, Kvs: kvs, More: resp.More, Count: resp.Count}
-	return stream.Send(&pb.RangeStreamResponse{RangeResponse: final})
+}
+
+// initialStreamChunk is the first chunk's limit, as in etcd.
+const initialStreamChunk = 10
+
+// nextChunkLimit doubles or halves the chunk limit when the last chunk was
+// far from the target size, never below one key.
+func nextChunkLimit(last int64, lastSize, target int) int64 {
+	switch {
+	case lastSize < target/2:
+		last *= 2
+	case lastSize > target*2:
+		last /= 2
+	}
+	return max(last, 1)
 }
 
 // Put writes a key.
