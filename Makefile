@@ -7,7 +7,7 @@ PKGS      := ./...
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: fdb-clients docker test-deploy build build-fdb run test test-short lint bench test-fdb clean
+.PHONY: fdb-clients docker test-deploy build build-fdb run test test-short lint test-fdb clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/fdb-etcd ./cmd/fdb-etcd
@@ -73,8 +73,8 @@ docker:
 test-deploy:
 	cd test/deploy && $(GO) test -count=1 ./...
 
-bench:
-	cd bench && $(GO) run ./cmd/bench
+# bench and bench-quick: fdb-etcd side by side with etcd and kine.
+include bench/bench.mk
 
 clean:
 	rm -rf $(BIN)
