@@ -370,12 +370,12 @@ func (d *DB) run(ctx context.Context, attempt func(tr fdbgo.Transaction) (commit
 		if err == nil {
 			return nil
 		}
-		if stop := d.stopped(ctx, d.abort, committing, err); stop != nil {
-			return stop
-		}
 		code, ok := retryCode(err)
 		if !ok {
 			return err // the function's own error
+		}
+		if stop := d.stopped(ctx, d.abort, committing, err); stop != nil {
+			return stop
 		}
 		if retries >= d.maxRetries {
 			return fmt.Errorf("storage/fdb: giving up after %d retries: %w", retries, mapError(err))
@@ -472,12 +472,12 @@ func (d *DB) WaitChange(ctx context.Context, key, seen []byte) error {
 		if err == nil {
 			return nil
 		}
-		if stop := d.stopped(ctx, d.closing, false, err); stop != nil {
-			return stop
-		}
 		code, ok := retryCode(err)
 		if !ok {
-			return err
+			return err // ctx's error, or ErrClosed
+		}
+		if stop := d.stopped(ctx, d.closing, false, err); stop != nil {
+			return stop
 		}
 		if retries >= d.maxRetries {
 			return fmt.Errorf("storage/fdb: giving up after %d retries: %w", retries, mapError(err))
