@@ -6,7 +6,7 @@
 BENCH_FLAGS ?=
 
 .PHONY: bench bench-quick
-bench: ## full comparison fdb-etcd vs etcd vs kine (~30 min on 2 cores)
+bench: ## full comparison fdb-etcd vs etcd vs kine (20-25 min on 2 cores)
 	cd bench && go run ./cmd/bench -out results.md -json results.json $(BENCH_FLAGS)
 
 bench-quick: ## smoke test of the benchmark harness (< 2 min once binaries are cached)

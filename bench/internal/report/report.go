@@ -188,7 +188,11 @@ func (r *Report) Markdown(w io.Writer) {
 			b, ok1 := m[r.Base]
 			x, ok2 := m[o]
 			if v, ok := Ratio(b, x); ok && ok1 && ok2 {
-				cells = append(cells, fmt.Sprintf("%.2f×", v))
+				if b.Caveat != "" || x.Caveat != "" {
+					cells = append(cells, fmt.Sprintf("(%.2f×)", v))
+				} else {
+					cells = append(cells, fmt.Sprintf("%.2f×", v))
+				}
 			} else {
 				cells = append(cells, "–")
 			}
@@ -196,7 +200,7 @@ func (r *Report) Markdown(w io.Writer) {
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
 	if caveats {
-		fmt.Fprintf(w, "\nValues with a parenthesis are not directly comparable: the server was saturated (writer below its target rate, or events still undelivered after the grace period).\n")
+		fmt.Fprintf(w, "\nValues and ratios in parentheses are not directly comparable: the server was saturated (the writer fell below its target rate, or events were still undelivered after the grace period).\n")
 	}
 	if len(others) > 0 {
 		fmt.Fprintf(w, "\nRatios are normalised so that > 1 means %s is better (throughput: %s/other; times and memory: other/%s).\n", r.Base, r.Base, r.Base)

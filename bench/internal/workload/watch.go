@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -229,9 +230,14 @@ schedule:
 			got, expected, 100*float64(got)/float64(expected), env.P.WatchGrace,
 			written.Load(), rate, ws.setup.Round(time.Millisecond)),
 	}
-	if rate < 0.95*float64(w.Rate) || got < expected {
-		res.Caveat = fmt.Sprintf("%.0f w/s, %.0f%% delivered", rate, 100*float64(got)/float64(expected))
+	var caveats []string
+	if rate < 0.95*float64(w.Rate) {
+		caveats = append(caveats, fmt.Sprintf("%.0f w/s", rate))
 	}
+	if got < expected {
+		caveats = append(caveats, fmt.Sprintf("%.1f%% delivered", 100*float64(got)/float64(expected)))
+	}
+	res.Caveat = strings.Join(caveats, ", ")
 	if e := firstWErr.Get(); e != nil {
 		res.Note += fmt.Sprintf("; %d writes failed (a timed-out write may still commit and be delivered), first: %s", werrs.Load(), ShortErr(e))
 	}
