@@ -1,0 +1,324 @@
+// Package fdbetcd builds the fdb-etcd binary from this repository and starts
+// throwaway fdb-etcd servers on loopback ports for the conformance tests.
+package fdbetcd
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// EnvBinary names a prebuilt fdb-etcd binary to use instead of building one.
+const EnvBinary = "FDB_ETCD_BINARY"
+
+// EnvArgs holds extra fdb-etcd arguments (space separated), e.g.
+// "--backend=fdb --fdb-cluster-file=/etc/foundationdb/fdb.cluster". With
+// --backend=fdb every server gets its own --fdb-prefix.
+const EnvArgs = "FDB_ETCD_ARGS"
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	flagsOnce sync.Once
+	helpText  string
+)
+
+// RepoRoot is the fdb-etcd repository root (two levels above this module).
+func RepoRoot() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("no caller information")
+	}
+	// file = <root>/test/apiserver-conformance/internal/fdbetcd/fdbetcd.go
+	return filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", "..", ".."))
+}
+
+// Binary returns the path of an fdb-etcd binary built once per process from
+// the repository's working tree (or $FDB_ETCD_BINARY).
+func Binary() (string, error) {
+	buildOnce.Do(func() {
+		if b := os.Getenv(EnvBinary); b != "" {
+			if _, err := os.Stat(b); err != nil {
+				buildErr = fmt.Errorf("%s=%s: %w", EnvBinary, b, err)
+				return
+			}
+			binPath = b
+			return
+		}
+		root, err := RepoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "fdb-etcd-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		out := filepath.Join(dir, "fdb-etcd")
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		start := time.Now()
+		// Two tries: a build racing with another go command trimming the
+		// shared build cache can fail spuriously ("could not import ...").
+		for try := 0; try < 2; try++ {
+			cmd := exec.Command(goBin, "build", "-o", out, "./cmd/fdb-etcd")
+			cmd.Dir = root
+			var buf bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &buf, &buf
+			if err := cmd.Run(); err != nil {
+				buildErr = fmt.Errorf("(cd %s && go build -o %s ./cmd/fdb-etcd): %v\n%s", root, out, err, buf.String())
+				time.Sleep(2 * time.Second)
+				continue
+			}
+			buildErr = nil
+			break
+		}
+		if buildErr != nil {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "fdbetcd: built %s in %v\n", out, time.Since(start).Round(time.Millisecond))
+		binPath = out
+	})
+	return binPath, buildErr
+}
+
+// Supports reports whether the binary accepts the named flag (e.g.
+// "--experimental-watch-progress-notify-interval").
+func Supports(flagName string) bool {
+	flagsOnce.Do(func() {
+		b, err := Binary()
+		if err != nil {
+			return
+		}
+		out, _ := exec.Command(b, "--help").CombinedOutput()
+		helpText = string(out)
+	})
+	return strings.Contains(helpText, strings.TrimLeft(flagName, "-")+" ")
+}
+
+// Options configure one server.
+type Options struct {
+	// ProgressNotifyInterval sets --experimental-watch-progress-notify-interval (0: server default).
+	ProgressNotifyInterval time.Duration
+	// Args are appended to the command line.
+	Args []string
+	// DataDir is used instead of a fresh temporary directory (restart tests).
+	DataDir string
+	// LogPath receives the server's output (default: DataDir/../fdb-etcd.log).
+	LogPath string
+}
+
+// Server is a running fdb-etcd process.
+type Server struct {
+	URL      string // http://127.0.0.1:port
+	DataDir  string
+	LogPath  string
+	cmd      *exec.Cmd
+	done     chan struct{}
+	waitErr  error
+	stopOnce sync.Once
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Start starts a server and waits until it answers a linearizable Get.
+func Start(o Options) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		s, err := start(bin, o)
+		if err == nil {
+			return s, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+func start(bin string, o Options) (*Server, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	dataDir := o.DataDir
+	if dataDir == "" {
+		dataDir, err = os.MkdirTemp("", "fdb-etcd-data-")
+		if err != nil {
+			return nil, err
+		}
+	}
+	logPath := o.LogPath
+	if logPath == "" {
+		logPath = dataDir + ".log"
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	args := []string{
+		"--name", "conformance",
+		"--data-dir", dataDir,
+		"--listen-client-urls", url,
+		"--advertise-client-urls", url,
+		"--log-format", "console",
+		"--log-level", "warn",
+	}
+	if o.ProgressNotifyInterval > 0 {
+		args = append(args, "--experimental-watch-progress-notify-interval", o.ProgressNotifyInterval.String())
+	}
+	extra := strings.Fields(os.Getenv(EnvArgs))
+	args = append(args, extra...)
+	for _, a := range extra {
+		if a == "--backend=fdb" {
+			args = append(args, "--fdb-prefix=conformance-"+randHex(6))
+		}
+	}
+	args = append(args, o.Args...)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	s := &Server{URL: url, DataDir: dataDir, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		s.waitErr = cmd.Wait()
+		logf.Close()
+		close(s.done)
+	}()
+	if err := s.waitReady(30 * time.Second); err != nil {
+		s.Kill()
+		log, _ := os.ReadFile(logPath)
+		return nil, fmt.Errorf("fdb-etcd %v not ready: %v\n%s", args, err, tail(string(log), 3000))
+	}
+	return s, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+func (s *Server) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.URL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	for {
+		select {
+		case <-s.done:
+			return fmt.Errorf("exited: %v", s.waitErr)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := cli.Get(ctx, "/health")
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop sends SIGTERM and waits (SIGKILL after 10 s).
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(10 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.done
+		}
+	})
+}
+
+// Kill stops the process at once.
+func (s *Server) Kill() {
+	s.stopOnce.Do(func() {
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	})
+}
+
+// Exited reports whether the process has ended, and how.
+func (s *Server) Exited() (bool, error) {
+	select {
+	case <-s.done:
+		return true, s.waitErr
+	default:
+		return false, nil
+	}
+}
+
+// StartT starts a server for one test; it is stopped and its data removed at
+// the test's end. The log is kept when the test failed and printed in part.
+func StartT(t testing.TB, o Options) *Server {
+	t.Helper()
+	s, err := Start(o)
+	if err != nil {
+		t.Fatalf("starting fdb-etcd: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Stop()
+		if exited, err := s.Exited(); exited && err != nil && !strings.Contains(err.Error(), "signal") {
+			t.Errorf("fdb-etcd exited with %v (log %s)", err, s.LogPath)
+		}
+		if t.Failed() {
+			log, _ := os.ReadFile(s.LogPath)
+			t.Logf("fdb-etcd log %s (tail):\n%s", s.LogPath, tail(string(log), 4000))
+			return
+		}
+		if o.DataDir == "" {
+			os.RemoveAll(s.DataDir)
+			os.Remove(s.LogPath)
+		}
+	})
+	return s
+}
