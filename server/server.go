@@ -50,8 +50,11 @@ type Config struct {
 	GRPCKeepAliveTimeout  time.Duration
 	// ShutdownTimeout bounds the graceful drain on Stop.
 	ShutdownTimeout time.Duration
-	Logger          *zap.Logger
-	MVCC            mvcc.Config
+	// EnablePprof serves Go's runtime profiles under /debug/pprof/ on the
+	// client port, as etcd's --enable-pprof does.
+	EnablePprof bool
+	Logger      *zap.Logger
+	MVCC        mvcc.Config
 	// Lease tunes the lessor (minimum TTL, clock, expiry ownership).
 	Lease lease.Config
 	// Watch configures the Watch service and its hub, including
@@ -166,7 +169,7 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 		}),
 	)...)
 	pb.RegisterKVServer(s.grpc, kv.New(store, s.hdr, kv.Config{MaxTxnOps: cfg.MaxTxnOps, MaxRequestBytes: cfg.MaxRequestBytes}))
-	pb.RegisterMaintenanceServer(s.grpc, maintenance.New(store, db, s.hdr))
+	pb.RegisterMaintenanceServer(s.grpc, maintenance.New(store, db, s.hdr).WithSnapshotter(store.Snapshotter(mvcc.SnapshotConfig{MemberID: s.hdr.MemberID, MemberName: cfg.Name, ClientURLs: urlStrings(cfg.AdvertiseClientURLs), Term: header.RaftTerm, LeaseTTL: s.lessor.SnapshotTTL})))
 	pb.RegisterClusterServer(s.grpc, cluster.New(store, s.hdr,
 		cluster.Self(s.hdr.MemberID, cfg.Name, urlStrings(cfg.AdvertiseClientURLs), nil)))
 	pb.RegisterLeaseServer(s.grpc, leasesvc.New(s.lessor, s.hdr))

@@ -41,6 +41,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.server.GRPCKeepAliveInterval, "grpc-keepalive-interval", 2*time.Hour, "frequency of server-to-client pings to check if a connection is alive (0 to disable)")
 	fs.DurationVar(&c.server.GRPCKeepAliveTimeout, "grpc-keepalive-timeout", 20*time.Second, "additional wait after a keepalive ping before closing a non-responsive connection")
 	fs.DurationVar(&c.server.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight requests before closing them")
+	fs.BoolVar(&c.server.EnablePprof, "enable-pprof", false, "enable runtime profiling data via HTTP server under /debug/pprof/ on the client port")
 	fs.DurationVar(&c.server.Watch.ProgressNotifyInterval, "watch-progress-notify-interval", 10*time.Minute, "duration of periodic watch progress notifications")
 	fs.DurationVar(&c.server.Watch.ProgressNotifyInterval, "experimental-watch-progress-notify-interval", 10*time.Minute, "duration of periodic watch progress notifications (etcd's deprecated name for --watch-progress-notify-interval)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error, panic, or fatal")
