@@ -53,6 +53,12 @@
 // snapshot reads, which add no conflict ranges (a read-only transaction cannot
 // conflict anyway) and still see one consistent read version.
 //
+// Transactions do not implement storage.Scanner on purpose: the bindings copy
+// every pair out of the C library anyway, so a scan saves no copying, and
+// without a row limit it would have to stream in the iterator mode's small,
+// growing batches, where the callers' paged GetRange (want-all with a limit)
+// fetches a page in one round trip.
+//
 // WaitChange reads the key, and if it still holds the value the caller has
 // seen, sets a FoundationDB watch on it in the same transaction, commits, and
 // waits for the watch (or the context, or Close). There is no polling.

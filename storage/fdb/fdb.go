@@ -324,24 +324,26 @@ func (d *DB) Close() error {
 	return err
 }
 
-// stopped returns the error to end a call with once ctx has ended or Close has
-// begun (abort: only once Close cancels transactions), or nil. committing
-// says whether the failed attempt was committing, so that a commit cut off
-// midway is reported as possibly applied.
-func (d *DB) stopped(ctx context.Context, abort context.Context, committing bool, attemptErr error) error {
-	var stop error
+// stopped returns the error to end a call with once ctx has ended or abort
+// (Close) has, or nil.
+func stopped(ctx, abort context.Context) error {
 	switch {
 	case ctx.Err() != nil:
-		stop = ctx.Err()
+		return ctx.Err()
 	case abort.Err() != nil:
-		stop = storage.ErrClosed
-	default:
-		return nil
+		return storage.ErrClosed
 	}
-	if committing && attemptErr != nil && !notCommitted(attemptErr) {
-		return fmt.Errorf("%w (%w: the commit was cut off)", stop, storage.ErrCommitUnknownResult)
+	return nil
+}
+
+// unknownIf adds storage.ErrCommitUnknownResult to err when an attempt may
+// have committed (its commit was reported unknown or cut off) and no later
+// attempt settled it.
+func unknownIf(uncertain bool, err error) error {
+	if !uncertain || errors.Is(err, storage.ErrCommitUnknownResult) {
+		return err
 	}
-	return stop
+	return fmt.Errorf("%w (%w: an earlier attempt may have committed)", err, storage.ErrCommitUnknownResult)
 }
 
 // run is the retry loop shared by Update, View and Size. attempt runs one try
@@ -359,36 +361,37 @@ func (d *DB) run(ctx context.Context, attempt func(tr fdbgo.Transaction) (commit
 	// commit, OnError's backoff) with transaction_cancelled.
 	defer context.AfterFunc(ctx, tr.Cancel)()
 	defer context.AfterFunc(d.abort, tr.Cancel)()
+	uncertain := false
 	for retries := 0; ; retries++ {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if d.closing.Err() != nil {
-			return storage.ErrClosed
+		if err := stopped(ctx, d.closing); err != nil {
+			return unknownIf(uncertain, err)
 		}
 		committing, err := attempt(tr)
 		if err == nil {
-			return nil
+			return nil // a function that found its marker settles an unknown commit
 		}
 		code, ok := retryCode(err)
 		if !ok {
 			return err // the function's own error
 		}
-		if stop := d.stopped(ctx, d.abort, committing, err); stop != nil {
-			return stop
+		if committing && !notCommitted(err) {
+			uncertain = true
+		}
+		if stop := stopped(ctx, d.abort); stop != nil {
+			return unknownIf(uncertain, stop)
 		}
 		if retries >= d.maxRetries {
-			return fmt.Errorf("storage/fdb: giving up after %d retries: %w", retries, mapError(err))
+			return unknownIf(uncertain, fmt.Errorf("storage/fdb: giving up after %d retries: %w", retries, mapError(err)))
 		}
 		if oerr := tr.OnError(fdbgo.Error{Code: code}).Get(); oerr != nil {
-			if stop := d.stopped(ctx, d.abort, committing, err); stop != nil {
-				return stop
+			if stop := stopped(ctx, d.abort); stop != nil {
+				return unknownIf(uncertain, stop)
 			}
 			var fe fdbgo.Error
 			if errors.As(oerr, &fe) && fe.Code == code {
-				return mapError(err) // not retryable: the attempt's own error
+				return unknownIf(uncertain, mapError(err)) // not retryable
 			}
-			return mapError(oerr)
+			return unknownIf(uncertain, mapError(oerr))
 		}
 	}
 }
@@ -476,7 +479,7 @@ func (d *DB) WaitChange(ctx context.Context, key, seen []byte) error {
 		if !ok {
 			return err // ctx's error, or ErrClosed
 		}
-		if stop := d.stopped(ctx, d.closing, false, err); stop != nil {
+		if stop := stopped(ctx, d.closing); stop != nil {
 			return stop
 		}
 		if retries >= d.maxRetries {
@@ -485,7 +488,7 @@ func (d *DB) WaitChange(ctx context.Context, key, seen []byte) error {
 		// OnError resets the transaction (also after a committed watch) and
 		// backs off; it refuses errors that are not worth retrying.
 		if oerr := tr.OnError(fdbgo.Error{Code: code}).Get(); oerr != nil {
-			if stop := d.stopped(ctx, d.closing, false, err); stop != nil {
+			if stop := stopped(ctx, d.closing); stop != nil {
 				return stop
 			}
 			return mapError(err)

@@ -236,6 +236,22 @@ func TestCommitUnknownResult(t *testing.T) {
 	}
 }
 
+// TestCommitUnknownThenDeadline: when the context ends while Update is still
+// retrying after a 1021, the error says both.
+func TestCommitUnknownThenDeadline(t *testing.T) {
+	db := fdbtest.Open(t)
+	fdb.SetCommitHook(db, func() error { return fdbgo.Error{Code: 1021} })
+	c, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := db.Update(c, func(tx storage.Tx) error {
+		tx.Set([]byte("k"), []byte("v"))
+		return nil
+	})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, storage.ErrCommitUnknownResult) {
+		t.Errorf("Update = %v, want context.DeadlineExceeded and storage.ErrCommitUnknownResult", err)
+	}
+}
+
 // TestRetriesBounded: a function that keeps failing retryably is given up on
 // after MaxRetries even without a deadline.
 func TestRetriesBounded(t *testing.T) {
