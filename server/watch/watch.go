@@ -257,6 +257,10 @@ func (ss *stream) create(ctx context.Context, c *pb.WatchCreateRequest) error {
 	return ss.st.Watch(ctx, o)
 }
 
+// popBatch bounds the responses the sender takes from its queue at once;
+// the buffer grows to it only on a stream that has that much queued.
+const popBatch = 4096
+
 // sendLoop sends the stream's responses in queue order and drives the
 // periodic progress notifications. It returns when the stream is closed or
 // a send fails.
@@ -272,7 +276,7 @@ func (ss *stream) sendLoop() error {
 	}
 	buf := make([]watchhub.Response, 0, 64)
 	for {
-		buf = ss.st.Pop(buf[:0], cap(buf))
+		buf = coalesce(ss.st.Pop(buf[:0], popBatch))
 		if len(buf) == 0 {
 			select {
 			case <-ss.st.Ready():
