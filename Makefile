@@ -29,6 +29,7 @@ lint:
 test: lint
 	$(GO) test -race -count=1 $(PKGS)
 	cd test/etcdcompat && $(GO) test -count=1 ./...
+	$(MAKE) --no-print-directory robustness-short
 	$(MAKE) --no-print-directory test-deploy
 	@if [ -n "$(FDB_MISSING)" ]; then echo "skipping FoundationDB tests: $(FDB_MISSING) (make test-fdb runs them)"; else $(MAKE) --no-print-directory test-fdb; fi
 
@@ -72,6 +73,30 @@ docker:
 # the Grafana dashboard (own module under test/deploy).
 test-deploy:
 	cd test/deploy && $(GO) test -count=1 ./...
+
+# robustness-short is what make test runs (a few minutes): etcd's robustness
+# traffic and validators (linearizability, watch guarantees) against the
+# fdb-etcd binary with no fault, kill -9 + restart, storage faults and
+# stalled watchers under compaction; bad input; 10,000 abandoned watch
+# streams; unread watchers (test/robustness, own module); then a few seconds
+# of each fuzz target. robustness is the long version: every traffic profile
+# under every fault with longer runs and more kills, more crash-consistency
+# seeds, and a minute of each fuzz target.
+.PHONY: robustness robustness-short fuzz-short
+FUZZ_TARGETS := ./mvcc:FuzzValueChunking ./keyspace:FuzzLayoutKeys ./keyspace:FuzzHistoryKey ./server/kv:FuzzValidate ./server/watch:FuzzWatchRequests
+FUZZTIME     ?= 5s
+robustness-short:
+	cd test/robustness && $(GO) test -count=1 -timeout 20m ./...
+	$(MAKE) --no-print-directory fuzz-short
+
+fuzz-short:
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5x $$pkg || exit 1; done
+
+robustness:
+	cd test/robustness && ROBUSTNESS_LONG=1 $(GO) test -count=1 -timeout 120m -v ./...
+	ROBUSTNESS_LONG=1 $(GO) test -count=1 -run 'TestCrashConsistency|TestExportPersisted' -v ./mvcc
+	$(MAKE) --no-print-directory fuzz-short FUZZTIME=60s
 
 # bench and bench-quick: fdb-etcd side by side with etcd and kine.
 include bench/bench.mk
