@@ -36,7 +36,18 @@ func overloadServer(t *testing.T) (*server, *clientv3.Client, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	return s, cli, "http://" + metricsAddr + "/metrics"
+	url := "http://" + metricsAddr + "/metrics"
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics listener: %v", err)
+		}
+	}
+	return s, cli, url
 }
 
 // metric reads one unlabelled gauge from the metrics endpoint.
