@@ -169,7 +169,7 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 		}),
 	)...)
 	pb.RegisterKVServer(s.grpc, kv.New(store, s.hdr, kv.Config{MaxTxnOps: cfg.MaxTxnOps, MaxRequestBytes: cfg.MaxRequestBytes}))
-	pb.RegisterMaintenanceServer(s.grpc, maintenance.New(store, db, s.hdr))
+	pb.RegisterMaintenanceServer(s.grpc, maintenance.New(store, db, s.hdr).WithSnapshotter(store.Snapshotter(mvcc.SnapshotConfig{MemberID: s.hdr.MemberID, MemberName: cfg.Name, ClientURLs: urlStrings(cfg.AdvertiseClientURLs), Term: header.RaftTerm, LeaseTTL: s.lessor.SnapshotTTL})))
 	pb.RegisterClusterServer(s.grpc, cluster.New(store, s.hdr,
 		cluster.Self(s.hdr.MemberID, cfg.Name, urlStrings(cfg.AdvertiseClientURLs), nil)))
 	pb.RegisterLeaseServer(s.grpc, leasesvc.New(s.lessor, s.hdr))

@@ -5,7 +5,9 @@ package maintenance
 
 import (
 	"context"
+	"crypto/sha256"
 	"hash/crc32"
+	"io"
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -40,9 +42,11 @@ type Defragmenter interface {
 	Defragment(ctx context.Context) error
 }
 
-// Snapshotter streams a point-in-time copy of the store; optional.
+// Snapshotter opens a point-in-time etcd backend database (a bbolt file with
+// etcd's schema, without the checksum the RPC appends) and tells its size;
+// optional.
 type Snapshotter interface {
-	Snapshot(ctx context.Context, send func(blob []byte, remaining uint64) error) error
+	OpenSnapshot(ctx context.Context) (db io.ReadCloser, size int64, err error)
 }
 
 // Server implements pb.MaintenanceServer.
@@ -51,6 +55,7 @@ type Server struct {
 	store   Store
 	backend any // probed for Sizer, Defragmenter, Snapshotter
 	hdr     header.Filler
+	snap    Snapshotter // overrides the backend's
 
 	mu     sync.Mutex
 	alarms map[pb.AlarmType]bool
@@ -62,6 +67,12 @@ var _ pb.MaintenanceServer = (*Server)(nil)
 // capabilities.
 func New(store Store, backend any, hdr header.Filler) *Server {
 	return &Server{store: store, backend: backend, hdr: hdr, alarms: map[pb.AlarmType]bool{}}
+}
+
+// WithSnapshotter makes Snapshot stream the databases sn opens.
+func (s *Server) WithSnapshotter(sn Snapshotter) *Server {
+	s.snap = sn
+	return s
 }
 
 func (s *Server) header(ctx context.Context) (*pb.ResponseHeader, int64, error) {
@@ -189,19 +200,40 @@ func (s *Server) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVRes
 	return &pb.HashKVResponse{Header: h, Hash: hash, CompactRevision: compactRev, HashRevision: hashRev}, nil
 }
 
-// Snapshot streams a copy of the store when the backend can produce one.
+// snapshotChunk is etcd's snapshot send buffer.
+const snapshotChunk = 32 * 1024
+
+// Snapshot streams a point-in-time database as etcd does: chunks with the
+// bytes still to come, then the sha256 of the database as the last message,
+// every message carrying the storage version and no header.
 func (s *Server) Snapshot(r *pb.SnapshotRequest, stream grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
-	sn, ok := s.backend.(Snapshotter)
-	if !ok {
-		return rpctypes.ErrGRPCNotCapable
+	sn := s.snap
+	if sn == nil {
+		var ok bool
+		if sn, ok = s.backend.(Snapshotter); !ok {
+			return rpctypes.ErrGRPCNotCapable
+		}
 	}
-	h, _, err := s.header(stream.Context())
+	db, total, err := sn.OpenSnapshot(stream.Context())
 	if err != nil {
-		return err
+		return errmap.ToGRPC(err)
 	}
-	return sn.Snapshot(stream.Context(), func(blob []byte, remaining uint64) error {
-		return stream.Send(&pb.SnapshotResponse{Header: h, Blob: blob, RemainingBytes: remaining, Version: StorageVersion})
-	})
+	defer db.Close()
+	h := sha256.New()
+	for sent := int64(0); sent < total; {
+		// Send does not wait for the message to go out: a fresh buffer each.
+		buf := make([]byte, min(snapshotChunk, total-sent))
+		n, err := io.ReadFull(db, buf)
+		if err != nil {
+			return errmap.ToGRPC(err)
+		}
+		sent += int64(n)
+		if err := stream.Send(&pb.SnapshotResponse{RemainingBytes: uint64(total - sent), Blob: buf, Version: StorageVersion}); err != nil {
+			return err
+		}
+		h.Write(buf)
+	}
+	return stream.Send(&pb.SnapshotResponse{Blob: h.Sum(nil), Version: StorageVersion})
 }
 
 // MoveLeader: this member is always the leader; moving leadership to itself
