@@ -40,14 +40,29 @@ var (
 	helpText  string
 )
 
-// RepoRoot is the fdb-etcd repository root (two levels above this module).
+// EnvRepo names the fdb-etcd repository to build the server from (default:
+// the nearest directory above this source file holding cmd/fdb-etcd).
+const EnvRepo = "FDB_ETCD_REPO"
+
+// RepoRoot is the fdb-etcd repository root.
 func RepoRoot() (string, error) {
+	if r := os.Getenv(EnvRepo); r != "" {
+		return filepath.Abs(r)
+	}
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		return "", errors.New("no caller information")
 	}
-	// file = <root>/test/apiserver-conformance/internal/fdbetcd/fdbetcd.go
-	return filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", "..", ".."))
+	for dir := filepath.Dir(file); ; {
+		if st, err := os.Stat(filepath.Join(dir, "cmd", "fdb-etcd")); err == nil && st.IsDir() {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no cmd/fdb-etcd above %s: set %s or %s", file, EnvRepo, EnvBinary)
+		}
+		dir = parent
+	}
 }
 
 // Binary returns the path of an fdb-etcd binary built once per process from

@@ -1,0 +1,194 @@
+package scenarios
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fdb-etcd/fdb-etcd/test/apiserver-conformance/internal/fdbetcd"
+)
+
+var (
+	flagReport    = flag.String("report", os.Getenv("CONFORMANCE_SCENARIO_REPORT"), "write the scenario results and latencies (markdown) to this file")
+	flagReference = flag.String("reference", envOr("CONFORMANCE_REFERENCE", "freshness"), "scenarios also run on kube-apiserver over embedded etcd: none, freshness (those marked reference) or all")
+	flagKeep      = flag.Bool("keep", os.Getenv("CONFORMANCE_KEEP") != "", "keep the cluster directories (logs, certs) even when everything passed")
+)
+
+func envOr(k, d string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return d
+}
+
+var (
+	resMu    sync.Mutex
+	resOrder []string
+	res      = map[string]map[string]string{}
+)
+
+func recordScenario(name, be, status string, d time.Duration) {
+	resMu.Lock()
+	defer resMu.Unlock()
+	if res[name] == nil {
+		res[name] = map[string]string{}
+		resOrder = append(resOrder, name)
+	}
+	res[name][be] = fmt.Sprintf("%s (%.0fs)", status, d.Seconds())
+}
+
+// kubeVersion is the Kubernetes version the binaries were built at.
+var kubeVersion string
+
+func moduleDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(filepath.Dir(file))
+}
+
+// locateKube finds (or builds, through hack/build-kube.sh) the binaries.
+func locateKube() error {
+	if d := os.Getenv("KUBE_BIN_DIR"); d != "" {
+		kubeBinDir = d
+	} else {
+		cmd := exec.Command("bash", filepath.Join(moduleDir(), "hack", "build-kube.sh"))
+		cmd.Dir = moduleDir()
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("hack/build-kube.sh: %v", err)
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		kubeBinDir = lines[len(lines)-1]
+	}
+	v, err := exec.Command(filepath.Join(kubeBinDir, "kube-apiserver"), "--version").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s/kube-apiserver --version: %v %s", kubeBinDir, err, v)
+	}
+	kubeVersion = strings.TrimSpace(string(v))
+	return nil
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if err := locateKube(); err != nil {
+		fmt.Fprintln(os.Stderr, "scenarios:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("scenarios: %s from %s\n", kubeVersion, kubeBinDir)
+	code := m.Run()
+	if len(resOrder) > 0 {
+		rep := report()
+		fmt.Print("\n" + rep)
+		if *flagReport != "" {
+			_ = os.MkdirAll(filepath.Dir(*flagReport), 0o755)
+			_ = os.WriteFile(*flagReport, []byte(rep), 0o644)
+		}
+	}
+	os.Exit(code)
+}
+
+func report() string {
+	resMu.Lock()
+	defer resMu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "## kube-apiserver scenarios (%s)\n\n| scenario | fdb-etcd | etcd (reference) |\n|---|---|---|\n", kubeVersion)
+	for _, n := range resOrder {
+		cell := func(be string) string {
+			if s, ok := res[n][be]; ok {
+				return s
+			}
+			return "not run"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", n, cell("fdb-etcd"), cell("etcd"))
+	}
+	latMu.Lock()
+	defer latMu.Unlock()
+	if len(latencies) > 0 {
+		fmt.Fprintf(&b, "\nQuiet-resource consistent LIST latency (%d LISTs of limitranges, one per %v, while ConfigMaps take ~50 writes/s):\n\n| store | p50 | p90 | p99 | max | fallbacks | quiet for |\n|---|---|---|---|---|---|---|\n", quietLists, quietListPacing)
+		for _, be := range []string{"fdb-etcd", "etcd"} {
+			if l, ok := latencies[be]; ok {
+				fmt.Fprintf(&b, "| %s | %v | %v | %v | %v | %v | %v |\n", be, l.p50.Round(10*time.Microsecond), l.p90.Round(10*time.Microsecond), l.p99.Round(10*time.Microsecond), l.max.Round(10*time.Microsecond), l.fallbacks, l.quietFor.Round(time.Second))
+			}
+		}
+	}
+	return b.String()
+}
+
+func runScenarios(t *testing.T, be string, all bool) {
+	dir, err := os.MkdirTemp("", "conformance-"+be+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st *store
+	if be == "fdb-etcd" {
+		st, err = startFDBEtcd(dir)
+	} else {
+		st, err = startEmbeddedEtcd(dir)
+	}
+	if err != nil {
+		t.Fatalf("starting %s: %v", be, err)
+	}
+	c, err := startCluster(t, st, dir)
+	t.Cleanup(func() {
+		if c != nil {
+			c.stop()
+		}
+		st.stop()
+		if t.Failed() || *flagKeep {
+			t.Logf("logs and data kept in %s", dir)
+			if c != nil && c.apiserver != nil {
+				t.Logf("kube-apiserver log tail:\n%s", tail(c.apiserver.log(), 3000))
+			}
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	if err != nil {
+		t.Fatalf("starting kube-apiserver on %s: %v", be, err)
+	}
+	c.quietSince = quietSetup(t, c)
+	for _, sc := range scenarios() {
+		sc := sc
+		if !all && !sc.reference {
+			continue
+		}
+		t.Run(sc.name, func(t *testing.T) {
+			start := time.Now()
+			t.Cleanup(func() {
+				status := "PASS"
+				if t.Failed() {
+					status = "FAIL"
+				}
+				recordScenario(sc.name, be, status, time.Since(start))
+			})
+			if c.apiserver.exited() && sc.name != "ConsistencyChecker" {
+				t.Fatalf("kube-apiserver is not running: %v", c.apiserver.err)
+			}
+			sc.run(t, c)
+		})
+	}
+}
+
+// TestScenarios runs every scenario against kube-apiserver on fdb-etcd and
+// the reference subset against kube-apiserver on an embedded etcd.
+func TestScenarios(t *testing.T) {
+	if _, err := fdbetcd.Binary(); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("fdb-etcd", func(t *testing.T) { runScenarios(t, "fdb-etcd", true) })
+	switch *flagReference {
+	case "none":
+	case "all":
+		t.Run("etcd", func(t *testing.T) { runScenarios(t, "etcd", true) })
+	default:
+		t.Run("etcd", func(t *testing.T) { runScenarios(t, "etcd", false) })
+	}
+}
