@@ -3,6 +3,7 @@ package robustness
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand"
 	"testing"
 	"time"
@@ -82,7 +83,8 @@ func (f stalledWatchFailpoint) inject(ctx context.Context, t *testing.T, s *serv
 	defer wcancel()
 	var ws []*rawWatch
 	for i := 0; i < f.streams; i++ {
-		conn, err := grpc.NewClient(s.endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(s.endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32))) // as clientv3
 		if err != nil {
 			return nil, "", err
 		}
