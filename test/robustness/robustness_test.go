@@ -57,6 +57,8 @@ func TestRobustness(t *testing.T) {
 			// commit-unknown after committing, reads fail as too old, and
 			// the transaction clock jumps past the 5 s limit every 2 s.
 			serverArgs: []string{"--experimental-storage-faults=retry=0.2,unknown=0.2,tooold=0.02,agejump=2s"}},
+		{name: "Kill9UnderStorageFaults", fp: killFailpoint{kills: int(span(2, 6))},
+			serverArgs: []string{"--experimental-storage-faults=retry=0.1,unknown=0.2,tooold=0.01,agejump=3s"}},
 		{name: "StalledWatchCompaction", fp: stalledWatchFailpoint{streams: 4, stall: span(4*time.Second, 20*time.Second)},
 			compaction: &traffic.CompactionFrequent},
 	}
@@ -88,6 +90,8 @@ func shortPair(fault, profile string) bool {
 	switch fault {
 	case "NoFault", "StorageFaults":
 		return strings.HasPrefix(profile, "Kubernetes")
+	case "Kill9UnderStorageFaults":
+		return false // long runs only
 	default:
 		return strings.HasPrefix(profile, "Etcd")
 	}
