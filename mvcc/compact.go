@@ -168,7 +168,10 @@ func (s *Store) compactStep(ctx context.Context) (finished int64, more bool, cle
 			finished = max(c.Finished, c.Requested)
 			return nil
 		}
-		parts, err := tx.GetRange(keyspace.LogFrom(from), keyspace.LogFrom(c.Requested),
+		// The revision at the compaction point itself is read too: a key
+		// changed exactly there still has older versions to remove. Its log
+		// entry stays, since a watch may start at the compaction revision.
+		parts, err := tx.GetRange(keyspace.LogFrom(from), keyspace.LogFrom(c.Requested+1),
 			storage.RangeOptions{Limit: s.cfg.CompactionBatch})
 		if err != nil {
 			return err

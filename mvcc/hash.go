@@ -4,20 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"sort"
-
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	"google.golang.org/protobuf/proto"
-
-	"github.com/fdb-etcd/fdb-etcd/keyspace"
-	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
-// HashKV hashes the key-value history retained up to rev with the same
-// inputs as etcd (its backend's revision keys and marshaled KeyValues, in
-// revision order, CRC-32C), so that a store holding the same history as an
-// etcd node reports the same hash. rev 0 means the current revision.
+// HashKV hashes the key-value history retained up to rev exactly as etcd
+// 3.6's HashByRev does over its backend: the revision keys and marshaled
+// KeyValues of the history etcd's compaction keeps (see OpenSnapshot), in
+// revision order, CRC-32C; versions at or below the compaction revision only
+// when they are in etcd's Keep(rev) — a key's newest version at rev, not a
+// tombstone — unless no key has one; never a tombstone at the compaction
+// revision. rev 0 means the current revision.
 func (s *Store) HashKV(ctx context.Context, rev int64) (hash uint32, hashRev, compactRev int64, err error) {
 	head, compacted, err := s.Rev(ctx)
 	if err != nil {
@@ -33,72 +31,46 @@ func (s *Store) HashKV(ctx context.Context, rev int64) (hash uint32, hashRev, co
 		return 0, 0, 0, ErrCompacted
 	}
 	type item struct {
-		k []byte
-		v []byte
+		k, v []byte
+		keep bool // in etcd's Keep(rev)
 	}
-	var items []item
-	begin, end := keyspace.HistoryAll()
-	for begin != nil {
-		var page []*entry
-		var tomb []bool
-		var subs []int64
-		var next []byte
-		err := s.db.View(ctx, func(tx storage.ReadTx) error {
-			page, tomb, subs, next = nil, nil, nil, nil
-			kvs, err := tx.GetRange(begin, end, storage.RangeOptions{Limit: 2_000})
-			if err != nil {
-				return err
-			}
-			for _, kv := range kvs {
-				key, modRev, err := keyspace.ParseHistory(kv.Key)
-				if err != nil {
-					return err
-				}
-				if modRev > rev {
-					continue
-				}
-				v, err := decodeVersion(kv.Value)
-				if err != nil {
-					return err
-				}
-				if v.Tombstone && modRev == compacted {
-					continue // etcd skips it: versions disagree on keeping it
-				}
-				page = append(page, &entry{key: key, meta: v.meta(modRev), ver: &v})
-				tomb = append(tomb, v.Tombstone)
-				subs = append(subs, v.Sub)
-			}
-			if len(kvs) == 2_000 {
-				next = append(bytes.Clone(kvs[len(kvs)-1].Key), 0)
-			}
-			return resolveValues(tx, page)
-		})
-		if err != nil {
-			return 0, 0, 0, err
+	var (
+		items   []item
+		lastKey []byte
+		keeps   int
+	)
+	walk := historyWalk{s: s, rev: rev, compacted: compacted}
+	err = walk.run(ctx, func(key, k, v []byte) error {
+		// The walk is in key order, so a key's last version is its newest.
+		if n := len(items); n > 0 && bytes.Equal(key, lastKey) && items[n-1].keep {
+			items[n-1].keep = false
+			keeps--
 		}
-		for i, e := range page {
-			k := make([]byte, 0, 18)
-			k = binary.BigEndian.AppendUint64(k, uint64(e.meta.ModRev))
-			k = append(k, '_')
-			k = binary.BigEndian.AppendUint64(k, uint64(subs[i]))
-			kv := &mvccpb.KeyValue{Key: e.key}
-			if tomb[i] {
-				k = append(k, 't')
-			} else {
-				kv = e.kv(true)
-			}
-			v, err := proto.MarshalOptions{Deterministic: true}.Marshal(kv)
-			if err != nil {
-				return 0, 0, 0, err
-			}
-			items = append(items, item{k: k, v: v})
+		tomb := len(k) == 18
+		items = append(items, item{k: k, v: v, keep: !tomb})
+		if !tomb {
+			keeps++
 		}
-		begin = next
+		lastKey = key
+		return nil
+	})
+	if errors.Is(err, errSnapshotCompacted) {
+		err = ErrCompacted
+	}
+	if err != nil {
+		return 0, 0, 0, err
 	}
 	sort.Slice(items, func(i, j int) bool { return bytes.Compare(items[i].k, items[j].k) < 0 })
 	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 	h.Write([]byte("key"))
 	for _, it := range items {
+		main := int64(binary.BigEndian.Uint64(it.k))
+		if main <= compacted && keeps > 0 && !it.keep {
+			continue
+		}
+		if main == compacted && len(it.k) == 18 {
+			continue
+		}
 		h.Write(it.k)
 		h.Write(it.v)
 	}

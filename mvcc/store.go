@@ -42,10 +42,10 @@ type Store struct {
 	compactWake chan struct{}
 	stop        chan struct{}
 	// ctx ends when the store closes, cancelling background storage calls.
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg          sync.WaitGroup
-	closeOnce   sync.Once
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
 
 	compactMu      sync.Mutex
 	compactWaiters []compactWaiter
