@@ -29,6 +29,7 @@ lint:
 test: lint
 	$(GO) test -race -count=1 $(PKGS)
 	cd test/etcdcompat && $(GO) test -count=1 ./...
+	cd test/snapshot && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory robustness-short
 	$(MAKE) --no-print-directory test-deploy
 	@if [ -n "$(FDB_MISSING)" ]; then echo "skipping FoundationDB tests: $(FDB_MISSING) (make test-fdb runs them)"; else $(MAKE) --no-print-directory test-fdb; fi
