@@ -204,20 +204,9 @@ func (s *Store) Apply(tx storage.Tx, rev int64, id revision.RequestID, req any) 
 	case *RevokeRequest:
 		return s.applyRevoke(tx, rev, id, r)
 	}
-	_, c, err := readState(tx)
-	if err != nil {
-		return nil, false, nil, err
-	}
-	ev := &evaluator{tx: tx, rev: rev, compactRev: c.Requested, leaseExists: leaseExistsIn(tx)}
-	resp, err := ev.eval(req)
-	if err != nil {
-		if domainError(err) {
-			return nil, false, err, nil
-		}
-		return nil, false, nil, err
-	}
-	if len(ev.changes) == 0 {
-		return resp, false, nil, nil
+	ev, resp, reqErr, err := evaluate(tx, rev, req, leaseExistsIn(tx))
+	if err != nil || reqErr != nil || len(ev.changes) == 0 {
+		return resp, false, reqErr, err
 	}
 	writeChanges(tx, rev+1, id, ev.changes)
 	return resp, true, nil, nil
@@ -232,21 +221,11 @@ func (s *Store) Replay(tx storage.ReadTx, rev int64, id revision.RequestID, req 
 	case *RevokeRequest:
 		return s.replayRevoke(tx, rev, id, r)
 	}
-	_, c, err := readState(tx)
-	if err != nil {
-		return nil, false, nil, err
-	}
-	ev := &evaluator{tx: tx, rev: rev, compactRev: c.Requested,
-		leaseExists: func(int64) (bool, error) { return true, nil }}
-	resp, err := ev.eval(req)
-	if err != nil {
-		if domainError(err) {
-			return nil, false, err, nil
-		}
-		return nil, false, nil, err
-	}
-	if len(ev.changes) == 0 {
-		return resp, false, nil, nil
+	// A replay cannot repeat the lease check: the lease may be gone since.
+	anyLease := func(int64) (bool, error) { return true, nil }
+	ev, resp, reqErr, err := evaluate(tx, rev, req, anyLease)
+	if err != nil || reqErr != nil || len(ev.changes) == 0 {
+		return resp, false, reqErr, err
 	}
 	landed, err := loggedBy(tx, rev+1, id)
 	if err != nil {
@@ -258,6 +237,26 @@ func (s *Store) Replay(tx storage.ReadTx, rev int64, id revision.RequestID, req 
 		return nil, false, ErrLeaseNotFound, nil
 	}
 	return resp, true, nil, nil
+}
+
+// evaluate runs one KV write request as of rev, splitting its failure into a
+// request-level error (returned to the client) and a storage error (the
+// batch is retried).
+func evaluate(tx storage.ReadTx, rev int64, req any, leaseExists func(int64) (bool, error)) (ev *evaluator, resp any, reqErr, err error) {
+	_, c, err := readState(tx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ev = &evaluator{tx: tx, rev: rev, compactRev: c.Requested, leaseExists: leaseExists}
+	resp, err = ev.eval(req)
+	switch {
+	case err == nil:
+		return ev, resp, nil, nil
+	case domainError(err):
+		return ev, nil, err, nil
+	default:
+		return ev, nil, nil, err
+	}
 }
 
 func loggedBy(tx storage.ReadTx, rev int64, id revision.RequestID) (bool, error) {
