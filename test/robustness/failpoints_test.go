@@ -39,7 +39,10 @@ func (killFailpoint) name() string { return "kill-9" }
 func (f killFailpoint) inject(ctx context.Context, _ *testing.T, s *server, _ *runEnv) ([]report.ClientReport, string, error) {
 	for i := 0; i < f.kills; i++ {
 		if i > 0 {
-			time.Sleep(time.Duration(500+rand.Intn(1500)) * time.Millisecond)
+			// Spaced so that each restart sees traffic resume: every kill
+			// leaves in-flight writes of unknown outcome, and too many of
+			// them at once make linearization checking intractable.
+			time.Sleep(time.Duration(2000+rand.Intn(2000)) * time.Millisecond)
 		}
 		s.kill9()
 		time.Sleep(time.Duration(rand.Intn(300)) * time.Millisecond)

@@ -70,6 +70,7 @@ type outcome struct {
 	failpoint                  string
 	faults                     map[string]int64
 	linearization, watch, seri string
+	revChecked                 int
 }
 
 var (
@@ -147,16 +148,21 @@ func runScenario(t *testing.T, sc scenario) {
 		t.Fatal("no persisted requests exported")
 	}
 
+	checked, revErr := checkAgainstPersisted(reports, persisted)
+	if revErr != nil {
+		t.Errorf("a response disagrees with the persisted history: %v", revErr)
+	}
 	result := validate.ValidateAndReturnVisualize(lg, validate.Config{ExpectRevisionUnique: sc.traffic.ExpectUniqueRevision()},
 		reports, persisted, 5*time.Minute)
 	o := summarize(sc, reports, persisted, fpSummary, srv.faultCounts())
 	o.linearization = string(result.Linearization.Status)
 	o.watch, o.seri = resultString(result.Watch), resultString(result.Serializable)
+	o.revChecked = checked
 	outcomesMu.Lock()
 	outcomes = append(outcomes, o)
 	outcomesMu.Unlock()
-	t.Logf("%s: %d KV ops (%d ok, %d failed), %d watches with %d events, %d persisted requests up to revision %d; failpoint: %s; storage faults: %v; linearization %s, watch %s, serializable %s",
-		sc.name, o.kvOps, o.kvOK, o.kvFailed, o.watchReqs, o.watchEvents, o.persisted, o.maxRev, o.failpoint, o.faults, o.linearization, o.watch, o.seri)
+	t.Logf("%s: %d KV ops (%d ok, %d failed), %d watches with %d events, %d persisted requests up to revision %d; failpoint: %s; storage faults: %v; linearization %s, watch %s, serializable %s; %d responses match the persisted history",
+		sc.name, o.kvOps, o.kvOK, o.kvFailed, o.watchReqs, o.watchEvents, o.persisted, o.maxRev, o.failpoint, o.faults, o.linearization, o.watch, o.seri, o.revChecked)
 	if err := result.Error(); err != nil {
 		dir := saveReport(t, lg, srv, reports, sc, result)
 		t.Fatalf("validation failed: %v (report in %s)", err, dir)

@@ -51,13 +51,13 @@ func TestRobustness(t *testing.T) {
 	}
 	faults := []fault{
 		{name: "NoFault", fp: noFailpoint{span(4*time.Second, 30*time.Second)}},
-		{name: "Kill9Restart", fp: killFailpoint{kills: int(span(2, 8))}},
+		{name: "Kill9Restart", fp: killFailpoint{kills: int(span(2, 3))}},
 		{name: "StorageFaults", fp: noFailpoint{span(4*time.Second, 30*time.Second)},
 			// Every transaction may be retried or reported
 			// commit-unknown after committing, reads fail as too old, and
 			// the transaction clock jumps past the 5 s limit every 2 s.
 			serverArgs: []string{"--experimental-storage-faults=retry=0.2,unknown=0.2,tooold=0.02,agejump=2s"}},
-		{name: "Kill9UnderStorageFaults", fp: killFailpoint{kills: int(span(2, 6))},
+		{name: "Kill9UnderStorageFaults", fp: killFailpoint{kills: int(span(2, 3))},
 			serverArgs: []string{"--experimental-storage-faults=retry=0.1,unknown=0.2,tooold=0.01,agejump=3s"}},
 		{name: "StalledWatchCompaction", fp: stalledWatchFailpoint{streams: 4, stall: span(4*time.Second, 20*time.Second)},
 			compaction: &traffic.CompactionFrequent},
