@@ -23,6 +23,7 @@ var mutants = []struct {
 	m      mutant
 	kills  []string
 	benign bool
+	anyOf  bool // at least one of kills must fail, not each
 }{
 	{m: mutant{name: "absentIsEmpty", absentIsEmpty: true}, kills: []string{"GetAbsent", "SetGetClear", "GetMany"}},
 	{m: mutant{name: "clearNoop", clearNoop: true}, kills: []string{"SetGetClear", "ReadYourWrites"}},
@@ -40,7 +41,10 @@ var mutants = []struct {
 	{m: mutant{name: "truncValues", truncValues: true}, kills: []string{"MaxSizes", "LargeTransaction"}},
 	{m: mutant{name: "truncKeys", truncKeys: true}, kills: []string{"MaxSizes"}},
 	{m: mutant{name: "liveView", liveView: true}, kills: []string{"ViewSnapshot", "ViewConsistentUnderWrites"}},
-	{m: mutant{name: "noSerialize", noSerialize: true}, kills: []string{"SerializableCounter", "SerializableWriteSkew"}},
+	// Lost counter updates need goroutines to interleave, which a loaded
+	// host under -race may not do; the write-skew test is deterministic, so
+	// either serializability test failing is enough.
+	{m: mutant{name: "noSerialize", noSerialize: true}, kills: []string{"SerializableCounter", "SerializableWriteSkew"}, anyOf: true},
 	{m: mutant{name: "noRollback", noRollback: true}, kills: []string{"Rollback", "ReadYourWrites"}},
 	{m: mutant{name: "noRYW", noRYW: true}, kills: []string{"ReadYourWrites", "GetMany", "GetManySorted", "Scanner"}},
 	{m: mutant{name: "noClearRangeRYW", noClearRangeRYW: true}, kills: []string{"ReadYourWrites", "GetMany", "GetManySorted", "Scanner"}},
@@ -126,12 +130,18 @@ func TestMutants(t *testing.T) {
 			if err == nil {
 				t.Fatalf("the suite passed on mutant %s:\n%s", mt.m.name, out)
 			}
+			failedAny := false
 			for _, k := range mt.kills {
 				re := regexp.MustCompile(fmt.Sprintf(`--- FAIL: TestMutantChild/%s \(`, regexp.QuoteMeta(k)))
 				crashed := mt.m.panicAfterClose && strings.Contains(string(out), "memdb: used after Close")
-				if !re.Match(out) && !crashed {
+				failed := re.Match(out) || crashed
+				failedAny = failedAny || failed
+				if !failed && !mt.anyOf {
 					t.Errorf("%s did not fail on mutant %s:\n%s", k, mt.m.name, out)
 				}
+			}
+			if mt.anyOf && !failedAny {
+				t.Errorf("none of %v failed on mutant %s:\n%s", mt.kills, mt.m.name, out)
 			}
 		})
 	}
