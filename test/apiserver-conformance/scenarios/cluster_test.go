@@ -44,10 +44,14 @@ type store struct {
 	client *clientv3.Client
 	stop   func()
 	logs   func() string
+	// restart stops the server and starts it again on the same data and
+	// port (fdb-etcd only).
+	restart func() error
 }
 
 func startFDBEtcd(dir string) (*store, error) {
-	s, err := fdbetcd.Start(fdbetcd.Options{DataDir: filepath.Join(dir, "fdb-etcd.data"), LogPath: filepath.Join(dir, "fdb-etcd.log")})
+	opts := fdbetcd.Options{ProgressNotifyInterval: progressNotifyInterval, DataDir: filepath.Join(dir, "fdb-etcd.data"), LogPath: filepath.Join(dir, "fdb-etcd.log")}
+	s, err := fdbetcd.Start(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -56,10 +60,35 @@ func startFDBEtcd(dir string) (*store, error) {
 		s.Kill()
 		return nil, err
 	}
-	return &store{name: "fdb-etcd", url: s.URL, client: cli, stop: func() { cli.Close(); s.Stop() }, logs: func() string {
-		b, _ := os.ReadFile(s.LogPath)
+	var mu sync.Mutex
+	st := &store{name: "fdb-etcd", url: s.URL, client: cli}
+	st.stop = func() {
+		cli.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		s.Stop()
+	}
+	st.logs = func() string {
+		b, _ := os.ReadFile(opts.LogPath)
 		return string(b)
-	}}, nil
+	}
+	st.restart = func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		s.Stop()
+		opts.Port = s.Port
+		var err error
+		for try := 0; try < 20; try++ { // the port may linger a moment
+			var ns *fdbetcd.Server
+			if ns, err = fdbetcd.Start(opts); err == nil {
+				s = ns
+				return nil
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		return err
+	}
+	return st, nil
 }
 
 func startEmbeddedEtcd(dir string) (*store, error) {
@@ -67,6 +96,7 @@ func startEmbeddedEtcd(dir string) (*store, error) {
 	cfg.Dir = filepath.Join(dir, "etcd.data")
 	cfg.UnsafeNoFsync = true
 	cfg.LogLevel = "error"
+	cfg.WatchProgressNotifyInterval = progressNotifyInterval
 	p1, err := fdbetcd.FreePort()
 	if err != nil {
 		return nil, err
@@ -183,9 +213,14 @@ type cluster struct {
 }
 
 const (
-	advertiseAddress   = "192.0.2.1"
-	compactionInterval = 30 * time.Second
-	eventTTL           = 20 * time.Second
+	// progressNotifyInterval is etcd's --experimental-watch-progress-notify-interval
+	// as kubeadm sets it (5s): without periodic progress a quiet resource's
+	// watch cache lags, and with the short compaction interval below the
+	// apiserver's consistency checker could not list storage at its RV.
+	progressNotifyInterval = 5 * time.Second
+	advertiseAddress       = "192.0.2.1"
+	compactionInterval     = 30 * time.Second
+	eventTTL               = 20 * time.Second
 )
 
 func writePEM(path, typ string, der []byte) error {

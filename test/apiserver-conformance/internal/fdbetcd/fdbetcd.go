@@ -141,11 +141,14 @@ type Options struct {
 	DataDir string
 	// LogPath receives the server's output (default: DataDir/../fdb-etcd.log).
 	LogPath string
+	// Port to listen on (0: a free one); set it to restart a server in place.
+	Port int
 }
 
 // Server is a running fdb-etcd process.
 type Server struct {
 	URL      string // http://127.0.0.1:port
+	Port     int
 	DataDir  string
 	LogPath  string
 	cmd      *exec.Cmd
@@ -188,9 +191,11 @@ func Start(o Options) (*Server, error) {
 }
 
 func start(bin string, o Options) (*Server, error) {
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
+	port, err := o.Port, error(nil)
+	if port == 0 {
+		if port, err = FreePort(); err != nil {
+			return nil, err
+		}
 	}
 	dataDir := o.DataDir
 	if dataDir == "" {
@@ -234,7 +239,7 @@ func start(bin string, o Options) (*Server, error) {
 		logf.Close()
 		return nil, err
 	}
-	s := &Server{URL: url, DataDir: dataDir, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	s := &Server{URL: url, Port: port, DataDir: dataDir, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		s.waitErr = cmd.Wait()
 		logf.Close()
