@@ -18,6 +18,10 @@ func newLogger(level, format string) (*zap.Logger, error) {
 		zc = zap.NewProductionConfig()
 	case "console":
 		zc = zap.NewDevelopmentConfig()
+		// Human-readable encoding, production behaviour: development mode
+		// would attach a stack trace to every warning (each slow request)
+		// and make DPanic panic.
+		zc.Development = false
 	default:
 		return nil, fmt.Errorf("--log-format: unknown format %q (want json or console)", format)
 	}
