@@ -7,7 +7,7 @@ PKGS      := ./...
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: fdb-clients docker test-deploy build build-fdb run test test-short lint test-fdb clean
+.PHONY: fdb-clients docker test-deploy build build-fdb run test test-short lint test-fdb clean conformance
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/fdb-etcd ./cmd/fdb-etcd
@@ -98,6 +98,13 @@ robustness:
 	cd test/robustness && ROBUSTNESS_LONG=1 $(GO) test -count=1 -timeout 120m -v ./...
 	ROBUSTNESS_LONG=1 $(GO) test -count=1 -run 'TestCrashConsistency|TestExportPersisted' -v ./mvcc
 	$(MAKE) --no-print-directory fuzz-short FUZZTIME=60s
+
+# conformance runs k8s.io/apiserver's storage test suite and end-to-end
+# kube-apiserver scenarios against fdb-etcd, with an embedded etcd as the
+# reference (own module under test/apiserver-conformance, Kubernetes 1.37).
+# The kube binaries are built once into ~/.cache/fdb-etcd/ and reused.
+conformance:
+	cd test/apiserver-conformance && ./hack/run.sh
 
 # bench and bench-quick: fdb-etcd side by side with etcd and kine.
 include bench/bench.mk
