@@ -84,6 +84,7 @@ func TestMain(m *testing.M) {
 	}
 	fmt.Printf("scenarios: %s from %s\n", kubeVersion, kubeBinDir)
 	code := m.Run()
+	fdbetcd.Cleanup()
 	if len(resOrder) > 0 {
 		rep := report()
 		fmt.Print("\n" + rep)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
+
+	"github.com/fdb-etcd/fdb-etcd/test/apiserver-conformance/internal/fdbetcd"
 )
 
 // Results of every case on every backend, for the pass/fail table.
@@ -50,6 +52,7 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	klog.SetLogger(logr.Discard())
 	code := m.Run()
+	fdbetcd.Cleanup()
 	if len(caseOrder) > 0 {
 		table := renderTable()
 		fmt.Print("\n" + table)

@@ -35,6 +35,7 @@ const EnvArgs = "FDB_ETCD_ARGS"
 var (
 	buildOnce sync.Once
 	binPath   string
+	binTmp    string // the directory Binary built into, removed by Cleanup
 	buildErr  error
 	flagsOnce sync.Once
 	helpText  string
@@ -87,6 +88,7 @@ func Binary() (string, error) {
 			buildErr = err
 			return
 		}
+		binTmp = dir
 		out := filepath.Join(dir, "fdb-etcd")
 		goBin, err := exec.LookPath("go")
 		if err != nil {
@@ -115,6 +117,13 @@ func Binary() (string, error) {
 		binPath = out
 	})
 	return binPath, buildErr
+}
+
+// Cleanup removes the binary Binary built (call it from TestMain).
+func Cleanup() {
+	if binTmp != "" {
+		os.RemoveAll(binTmp)
+	}
 }
 
 // Supports reports whether the binary accepts the named flag (e.g.
