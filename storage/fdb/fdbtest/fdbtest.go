@@ -9,17 +9,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/fdbserver"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/fdb"
 )
@@ -28,14 +23,11 @@ import (
 // available" from a skip into a failure.
 const EnvRequired = "FDB_TESTS_REQUIRED"
 
-// startTimeout bounds starting and configuring the throwaway server.
-const startTimeout = 90 * time.Second
-
 var (
 	once        sync.Once
 	clusterFile string
 	startErr    error
-	srv         *server // nil when the cluster came from FDB_CLUSTER_FILE
+	srv         *fdbserver.Server // nil when the cluster came from FDB_CLUSTER_FILE
 )
 
 // Unavailable returns why FoundationDB tests cannot run here, or "".
@@ -46,10 +38,8 @@ func Unavailable() string {
 		}
 		return ""
 	}
-	for _, bin := range []string{"fdbserver", "fdbcli"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			return bin + " not found on PATH (and FDB_CLUSTER_FILE is not set)"
-		}
+	if m := fdbserver.Missing(); m != "" {
+		return m + " (and FDB_CLUSTER_FILE is not set)"
 	}
 	return ""
 }
@@ -70,7 +60,7 @@ func Main(m *testing.M) int {
 	}
 	code := m.Run()
 	if srv != nil {
-		srv.stop(code != 0)
+		srv.Stop(code != 0)
 	}
 	return code
 }
@@ -91,9 +81,9 @@ func ClusterFile(t testing.TB) string {
 			clusterFile = cf
 			return
 		}
-		srv, startErr = startServer()
+		srv, startErr = fdbserver.Start()
 		if startErr == nil {
-			clusterFile = srv.clusterFile
+			clusterFile = srv.ClusterFile()
 		}
 	})
 	if startErr != nil {
@@ -155,134 +145,4 @@ func clearKeyspace(clusterFile, name string) error {
 		tx.ClearRange(nil, bytes.Repeat([]byte{0xff}, storage.MaxKeySize+1))
 		return nil
 	})
-}
-
-// --- the throwaway server ----------------------------------------------------
-
-type server struct {
-	dir         string
-	clusterFile string
-	cmd         *exec.Cmd
-	exited      chan struct{}
-	waitErr     error
-}
-
-func startServer() (*server, error) {
-	dir, err := os.MkdirTemp("", "fdbtest-")
-	if err != nil {
-		return nil, err
-	}
-	var errs []error
-	for attempt := 1; attempt <= 3; attempt++ {
-		s, err := tryStart(dir, attempt)
-		if err == nil {
-			return s, nil
-		}
-		errs = append(errs, fmt.Errorf("attempt %d: %w", attempt, err))
-	}
-	return nil, fmt.Errorf("%w (logs in %s)", errors.Join(errs...), dir)
-}
-
-func tryStart(root string, attempt int) (*server, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir := filepath.Join(root, strconv.Itoa(attempt))
-	for _, sub := range []string{"data", "logs"} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-			return nil, err
-		}
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	var id [8]byte
-	_, _ = rand.Read(id[:])
-	cf := filepath.Join(dir, "fdb.cluster")
-	if err := os.WriteFile(cf, []byte("fdbtest:"+hex.EncodeToString(id[:])+"@"+addr+"\n"), 0o644); err != nil {
-		return nil, err
-	}
-	out, err := os.Create(filepath.Join(dir, "fdbserver.out"))
-	if err != nil {
-		return nil, err
-	}
-	defer out.Close()
-	cmd := exec.Command("fdbserver",
-		"--public-address", addr, "--listen-address", addr,
-		"--cluster-file", cf,
-		"--datadir", filepath.Join(dir, "data"),
-		"--logdir", filepath.Join(dir, "logs"))
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = procAttr()
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	s := &server{dir: root, clusterFile: cf, cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.exited)
-	}()
-	deadline := time.Now().Add(startTimeout)
-	if err := s.cli(deadline, "configure new single memory", "Database created"); err != nil {
-		s.kill()
-		return nil, fmt.Errorf("configure new single memory: %w", err)
-	}
-	if err := s.cli(deadline, "status minimal", "The database is available"); err != nil {
-		s.kill()
-		return nil, fmt.Errorf("wait until available: %w", err)
-	}
-	return s, nil
-}
-
-// cli runs fdbcli --exec command until its output contains want.
-func (s *server) cli(deadline time.Time, command, want string) error {
-	var last string
-	for time.Now().Before(deadline) {
-		select {
-		case <-s.exited:
-			log, _ := os.ReadFile(filepath.Join(filepath.Dir(s.clusterFile), "fdbserver.out"))
-			return fmt.Errorf("fdbserver exited (%v): %s", s.waitErr, strings.TrimSpace(string(log)))
-		default:
-		}
-		out, _ := exec.Command("fdbcli", "--cluster-file", s.clusterFile, "--timeout", "10",
-			"--exec", command).CombinedOutput()
-		last = strings.TrimSpace(string(out))
-		if strings.Contains(last, want) {
-			return nil
-		}
-		if command == "configure new single memory" && strings.Contains(last, "already exists") {
-			return nil // an earlier try got through but timed out before saying so
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return fmt.Errorf("fdbcli --exec %q: no %q before the deadline; last output: %s", command, want, last)
-}
-
-func (s *server) kill() {
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-}
-
-// stop ends the server and removes its files, unless keep (tests failed: its
-// logs may tell why).
-func (s *server) stop(keep bool) {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(10 * time.Second):
-		s.kill()
-	}
-	if keep {
-		fmt.Fprintf(os.Stderr, "fdbtest: fdbserver files kept in %s\n", s.dir)
-		return
-	}
-	_ = os.RemoveAll(s.dir)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -1,6 +1,6 @@
-//go:build fdb && linux
+//go:build linux
 
-package fdbtest
+package fdbserver
 
 import "syscall"
 
