@@ -40,7 +40,10 @@ test: lint
 # the cluster named by FDB_CLUSTER_FILE). FDB_MISSING says why they can't run.
 FDB_LIB    ?= /usr/lib/libfdb_c.so
 FDB_HEADER ?= /usr/include/foundationdb/fdb_c.h
-FDB_PKGS   := ./storage/fdb/...
+# FDB_PKGS are the packages whose tests run on FoundationDB under test-fdb:
+# the backend's own tests, and the suites above the storage interface, which
+# open their store through internal/testdb.
+FDB_PKGS   := ./storage/fdb/... ./mvcc/... ./watchhub/... ./lease/... ./server/...
 FDB_MISSING = $(shell \
 	if [ ! -e "$(FDB_LIB)" ]; then echo "$(FDB_LIB) not found"; \
 	elif [ ! -e "$(FDB_HEADER)" ]; then echo "$(FDB_HEADER) not found"; \
@@ -51,7 +54,7 @@ FDB_MISSING = $(shell \
 test-fdb:
 	@if [ -n "$(FDB_MISSING)" ]; then echo "test-fdb: FoundationDB is not installed: $(FDB_MISSING)" >&2; exit 1; fi
 	CGO_ENABLED=1 $(GO) vet -tags fdb $(FDB_PKGS)
-	CGO_ENABLED=1 FDB_TESTS_REQUIRED=1 $(GO) test -tags fdb -race -count=1 $(FDB_PKGS)
+	CGO_ENABLED=1 FDB_TESTS_REQUIRED=1 FDB_ETCD_TEST_BACKEND=fdb $(GO) test -tags fdb -race -count=1 $(FDB_PKGS)
 
 # fdb-clients installs the official FoundationDB client package (libfdb_c,
 # its headers and fdbcli) on a Debian/Ubuntu machine, as root; the Dockerfile

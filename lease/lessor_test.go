@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/lease/leasetest"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
@@ -53,7 +54,7 @@ func openPebble(t *testing.T, dir string) storage.DB {
 func newWorld(t *testing.T, db storage.DB) *world {
 	t.Helper()
 	if db == nil {
-		db = openPebble(t, t.TempDir())
+		db = testdb.Open(t)
 	}
 	w := &world{t: t, db: db, now: epoch0}
 	t.Cleanup(func() {

@@ -12,20 +12,15 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/faulty"
-	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
 )
 
 func openPebble(t *testing.T) storage.DB {
 	t.Helper()
-	db, err := pebble.Open(t.TempDir(), pebble.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	return db
+	return testdb.Open(t)
 }
 
 func openStore(t *testing.T, db storage.DB, cfg mvcc.Config) *mvcc.Store {

@@ -12,8 +12,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
-	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
 )
 
 const wait = 20 * time.Second
@@ -57,15 +57,11 @@ func (g *gatedSource) ReadWatchEvents(ctx context.Context, from int64, maxRevs i
 
 func newStore(t *testing.T) *mvcc.Store {
 	t.Helper()
-	db, err := pebble.Open(t.TempDir(), pebble.Options{NoSync: true})
+	s, err := mvcc.Open(testdb.Open(t), mvcc.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := mvcc.Open(db, mvcc.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(); _ = db.Close() })
+	t.Cleanup(s.Close)
 	return s
 }
 

@@ -1,5 +1,5 @@
 // Package testserver starts a real fdb-etcd server on loopback for tests:
-// real gRPC, a real Pebble store in a temp dir (or any storage.DB), and a
+// real gRPC, the store testdb gives (Pebble in a temp dir, or FoundationDB), and a
 // real clientv3.
 package testserver
 
@@ -13,9 +13,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/server"
 	"github.com/fdb-etcd/fdb-etcd/storage"
-	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
 )
 
 // Server is a running test server.
@@ -25,7 +25,7 @@ type Server struct {
 	Client *clientv3.Client
 }
 
-// Options adjust the server; the zero value is a Pebble store in t.TempDir().
+// Options adjust the server; the zero value is the store testdb.Open gives.
 type Options struct {
 	DB     storage.DB
 	Config server.Config
@@ -36,11 +36,7 @@ func Start(t testing.TB, o Options) *Server {
 	t.Helper()
 	db := o.DB
 	if db == nil {
-		var err error
-		db, err = pebble.Open(t.TempDir(), pebble.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		db = testdb.Open(t)
 	}
 	cfg := o.Config
 	if cfg.Logger == nil {

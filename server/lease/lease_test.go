@@ -12,12 +12,12 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/internal/testserver"
 	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/lease/leasetest"
 	"github.com/fdb-etcd/fdb-etcd/server"
 	"github.com/fdb-etcd/fdb-etcd/storage"
-	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
 )
 
 var start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -236,10 +236,7 @@ func TestExpiryOverGRPC(t *testing.T) {
 // TestTwoServersOneStore: two fdb-etcd servers on one store; a lease granted
 // at one and kept alive at the other survives, and expires exactly once.
 func TestTwoServersOneStore(t *testing.T) {
-	db, err := pebble.Open(t.TempDir(), pebble.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := testdb.Open(t)
 	a, clkA := startFake(t, db)
 	b, clkB := startFake(t, db)
 	ctx := tctx(t)

@@ -12,22 +12,16 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/internal/testserver"
 	"github.com/fdb-etcd/fdb-etcd/server"
-	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
 )
 
 const waitLong = 20 * time.Second
 
-// start starts a server on a Pebble store that does not fsync: these tests
-// are about the watch path, and a durable commit per write only slows them.
 func start(t *testing.T, cfg server.Config) *testserver.Server {
 	t.Helper()
-	db, err := pebble.Open(t.TempDir(), pebble.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testserver.Start(t, testserver.Options{DB: db, Config: cfg})
+	return testserver.Start(t, testserver.Options{DB: testdb.Open(t), Config: cfg})
 }
 
 func testCtx(t *testing.T) context.Context {
