@@ -55,6 +55,7 @@ test-fdb:
 	@if [ -n "$(FDB_MISSING)" ]; then echo "test-fdb: FoundationDB is not installed: $(FDB_MISSING)" >&2; exit 1; fi
 	CGO_ENABLED=1 $(GO) vet -tags fdb $(FDB_PKGS)
 	CGO_ENABLED=1 FDB_TESTS_REQUIRED=1 FDB_ETCD_TEST_BACKEND=fdb $(GO) test -tags fdb -race -count=1 $(FDB_PKGS)
+	$(GO) run ./internal/fdbserver/withfdb sh -c 'cd test/etcdcompat && ETCDCOMPAT_BACKEND=fdb $(GO) test -count=1 ./...'
 
 # fdb-clients installs the official FoundationDB client package (libfdb_c,
 # its headers and fdbcli) on a Debian/Ubuntu machine, as root; the Dockerfile

@@ -428,16 +428,39 @@ func (d *DB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
 	})
 }
 
-// Size estimates the bytes the keyspace occupies (FoundationDB's sampled
-// estimate; small keyspaces may report 0).
+// exactSizeBelow is where Size stops adding up key and value bytes and
+// trusts FoundationDB's sampled estimate, which reports 0 for small
+// keyspaces: etcd clients read a zero dbSize as an empty or broken member.
+const exactSizeBelow = 4 << 20
+
+// Size estimates the bytes the keyspace occupies: FoundationDB's sampled
+// estimate, or the exact sum of key and value bytes for a keyspace smaller
+// than exactSizeBelow.
 func (d *DB) Size() (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var n int64
 	err := d.run(ctx, func(tr fdbgo.Transaction) (bool, error) {
-		var err error
-		n, err = tr.GetEstimatedRangeSizeBytes(fdbgo.KeyRange{Begin: fdbgo.Key(d.prefix), End: fdbgo.Key(d.prefixEnd)}).Get()
-		return false, mapError(err)
+		kr := fdbgo.KeyRange{Begin: fdbgo.Key(d.prefix), End: fdbgo.Key(d.prefixEnd)}
+		est, err := tr.GetEstimatedRangeSizeBytes(kr).Get()
+		if err != nil {
+			return false, mapError(err)
+		}
+		n = est
+		if est >= exactSizeBelow {
+			return false, nil
+		}
+		var sum int64
+		it := tr.Snapshot().GetRange(kr, fdbgo.RangeOptions{Mode: fdbgo.StreamingModeIterator}).Iterator()
+		for sum < exactSizeBelow && it.Advance() {
+			kv, err := it.Get()
+			if err != nil {
+				return false, mapError(err)
+			}
+			sum += int64(len(kv.Key) - len(d.prefix) + len(kv.Value))
+		}
+		n = max(est, sum)
+		return false, nil
 	})
 	return n, err
 }

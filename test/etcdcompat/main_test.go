@@ -3,6 +3,8 @@ package etcdcompat
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,6 +40,11 @@ const (
 	envBinary = "ETCDCOMPAT_BINARY"
 	// envExtraArgs holds extra whitespace-separated arguments for fdb-etcd.
 	envExtraArgs = "ETCDCOMPAT_FDB_ARGS"
+	// envBackend "fdb" runs fdb-etcd (built with -tags fdb) on the
+	// FoundationDB cluster in FDB_CLUSTER_FILE, each server in a fresh
+	// keyspace (--fdb-prefix) that is left behind: the cluster is a
+	// throwaway one.
+	envBackend = "ETCDCOMPAT_BACKEND"
 )
 
 var (
@@ -50,6 +57,7 @@ var (
 	candidateKind string // "etcd" or "fdb-etcd"
 	fdbBinary     string // path of the fdb-etcd binary when candidateKind == "fdb-etcd"
 	fdbBuildErr   error  // why the binary is unavailable
+	fdbCluster    string // cluster file when fdb-etcd runs on FoundationDB
 )
 
 func TestMain(m *testing.M) {
@@ -70,6 +78,15 @@ func TestMain(m *testing.M) {
 			return 2
 		}
 		defer os.RemoveAll(tmp)
+		if candidateKind == "fdb-etcd" && os.Getenv(envBackend) == "fdb" {
+			cf := os.Getenv("FDB_CLUSTER_FILE")
+			if _, err := os.Stat(cf); cf == "" || err != nil {
+				fmt.Fprintf(os.Stderr, "etcdcompat: %s=fdb needs FDB_CLUSTER_FILE naming a cluster file (make test-fdb starts a throwaway fdbserver): %v\n", envBackend, err)
+				return 2
+			}
+			fdbCluster = cf
+			fmt.Fprintf(os.Stderr, "etcdcompat: fdb-etcd runs on FoundationDB, cluster file %s\n", cf)
+		}
 		if candidateKind == "fdb-etcd" {
 			fdbBinary, fdbBuildErr = buildFDBEtcd(tmp)
 			if fdbBuildErr != nil {
@@ -102,14 +119,21 @@ func buildFDBEtcd(dir string) (string, error) {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	out := filepath.Join(dir, "fdb-etcd")
-	cmd := exec.Command(goBin, "build", "-o", out, "./cmd/fdb-etcd")
+	build := []string{"build", "-o", out}
+	if fdbCluster != "" {
+		build = append(build, "-tags", "fdb")
+	}
+	cmd := exec.Command(goBin, append(build, "./cmd/fdb-etcd")...)
 	cmd.Dir = root
+	if fdbCluster != "" {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	}
 	var buf bytes.Buffer
 	cmd.Stdout = &buf
 	cmd.Stderr = &buf
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("(cd %s && go build -o %s ./cmd/fdb-etcd) failed: %v\n%s", root, out, err, buf.String())
+		return "", fmt.Errorf("(cd %s && go %s) failed: %v\n%s", root, strings.Join(cmd.Args[1:], " "), err, buf.String())
 	}
 	fmt.Fprintf(os.Stderr, "etcdcompat: built fdb-etcd in %v\n", time.Since(start).Round(time.Millisecond))
 	return out, nil
@@ -282,6 +306,12 @@ func startFDBEtcd(t *testing.T, port int) (*server, func(), error) {
 	logDir := t.TempDir()
 	u := fmt.Sprintf("http://127.0.0.1:%d", port)
 	args := []string{"--name", memberName, "--data-dir", dataDir, "--listen-client-urls", u, "--advertise-client-urls", u}
+	if fdbCluster != "" {
+		var id [8]byte
+		_, _ = crand.Read(id[:])
+		args = append(args, "--backend", "fdb", "--fdb-cluster-file", fdbCluster,
+			"--fdb-prefix", "etcdcompat/"+hex.EncodeToString(id[:]))
+	}
 	args = append(args, strings.Fields(os.Getenv(envExtraArgs))...)
 	logPath := filepath.Join(logDir, "fdb-etcd.log")
 	logf, err := os.Create(logPath)
