@@ -228,8 +228,8 @@ func (s *Server) ServeMetricsListener(l net.Listener) {
 	s.lg.Info("serving metrics", zap.String("address", l.Addr().String()))
 }
 
-// MetricsHandler is the metrics listener's handler: /metrics plus the
-// health endpoints of the client port.
+// MetricsHandler serves /metrics and the health endpoints, on the client
+// port and the metrics listeners alike.
 func (s *Server) MetricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", s.ops.metrics.Handler())

@@ -305,6 +305,12 @@ func TestMetricsEndpoint(t *testing.T) {
 			t.Errorf("%s on the metrics listener: %d %q", path, resp.StatusCode, b)
 		}
 	}
+
+	// etcd serves /metrics on its client port too; scrapers set up for etcd
+	// expect it there.
+	if got, ok := metricValue(scrape(t, ts.Addr), "etcd_mvcc_put_total"); !ok || got != "2" {
+		t.Errorf("etcd_mvcc_put_total on the client port = %q, %v; want 2", got, ok)
+	}
 }
 
 func TestReadyCheckHook(t *testing.T) {

@@ -265,8 +265,9 @@ func (s *Server) Serve() error {
 	return s.serveMetricsURLs()
 }
 
-// ServeListener serves gRPC (HTTP/2) and the health endpoints (HTTP/1.1) on
-// one listener.
+// ServeListener serves gRPC (HTTP/2) and, over HTTP/1.1, the health endpoints
+// and /metrics, which etcd also serves on its client port (where Prometheus
+// setups for etcd scrape it).
 func (s *Server) ServeListener(l net.Listener) {
 	s.initMetrics()
 	s.mu.Lock()
@@ -275,7 +276,7 @@ func (s *Server) ServeListener(l net.Listener) {
 	m := cmux.New(l)
 	grpcL := m.Match(cmux.HTTP2())
 	httpL := m.Match(cmux.Any())
-	hs := &http.Server{Handler: s.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: s.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
 	s.serving.Add(3)
 	go func() {
 		defer s.serving.Done()
