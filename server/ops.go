@@ -236,3 +236,12 @@ func (s *Server) MetricsHandler() http.Handler {
 	mux.Handle("/", s.HTTPHandler())
 	return mux
 }
+
+// clientTLS is the TLS configuration for dialing other replicas; nil when
+// this server has no certificate.
+func (o *ops) clientTLS() *tls.Config {
+	if o.tls == nil {
+		return nil
+	}
+	return o.tls.ClientConfig()
+}

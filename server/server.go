@@ -27,6 +27,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/server/cluster"
+	"github.com/fdb-etcd/fdb-etcd/server/forward"
 	"github.com/fdb-etcd/fdb-etcd/server/header"
 	"github.com/fdb-etcd/fdb-etcd/server/kv"
 	leasesvc "github.com/fdb-etcd/fdb-etcd/server/lease"
@@ -74,6 +75,11 @@ type Config struct {
 	WarningApplyDuration time.Duration
 	// BuildVersion is fdb-etcd's own version, for fdb_etcd_build_info.
 	BuildVersion string
+	// ForwardWrites sends writes to the replica that owns revision
+	// allocation (server/forward), for backends that several replicas
+	// share; Forward tunes it (its ID, URL and Logger are filled in here).
+	ForwardWrites bool
+	Forward       forward.Config
 }
 
 // Defaults fills zero fields with etcd's defaults.
@@ -168,7 +174,7 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 			Timeout: cfg.GRPCKeepAliveTimeout,
 		}),
 	)...)
-	pb.RegisterKVServer(s.grpc, kv.New(store, s.hdr, kv.Config{MaxTxnOps: cfg.MaxTxnOps, MaxRequestBytes: cfg.MaxRequestBytes}))
+	pb.RegisterKVServer(s.grpc, kv.New(s.kvStore(), s.hdr, kv.Config{MaxTxnOps: cfg.MaxTxnOps, MaxRequestBytes: cfg.MaxRequestBytes}))
 	pb.RegisterMaintenanceServer(s.grpc, maintenance.New(store, db, s.hdr).WithSnapshotter(store.Snapshotter(mvcc.SnapshotConfig{MemberID: s.hdr.MemberID, MemberName: cfg.Name, ClientURLs: urlStrings(cfg.AdvertiseClientURLs), Term: header.RaftTerm, LeaseTTL: s.lessor.SnapshotTTL})))
 	pb.RegisterClusterServer(s.grpc, cluster.New(store, s.hdr,
 		cluster.Self(s.hdr.MemberID, cfg.Name, urlStrings(cfg.AdvertiseClientURLs), nil)))
@@ -177,6 +183,28 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// kvStore is what the KV service writes through: the store itself, or a
+// forwarder that sends writes to the revision owner.
+func (s *Server) kvStore() kv.Store {
+	if !s.cfg.ForwardWrites {
+		return s.store
+	}
+	fc := s.cfg.Forward
+	fc.ID, fc.Logger = s.hdr.MemberID, s.lg
+	if us := s.cfg.AdvertiseClientURLs; len(us) > 0 {
+		fc.URL = us[0].String()
+	} else if us := s.cfg.ListenClientURLs; len(us) > 0 {
+		fc.URL = us[0].String()
+	}
+	owner := forward.NewElector(s.db, fc)
+	peers := forward.NewPeers(s.ops.clientTLS)
+	s.OnShutdown(func() {
+		owner.Stop()
+		peers.Close()
+	})
+	return forward.New(s.store, owner, peers, s.Metrics())
 }
 
 // startWatch starts the watch hub and registers the Watch service; Stop

@@ -21,6 +21,7 @@ type config struct {
 	fdbClusterFile string
 	fdbPrefix      string
 	fdbAPIVersion  int
+	forwardWrites  bool
 
 	test testHooks // test-only hooks (testhooks.go)
 }
@@ -50,6 +51,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.fdbClusterFile, "fdb-cluster-file", "/etc/foundationdb/fdb.cluster", "FoundationDB cluster file (backend fdb)")
 	fs.StringVar(&c.fdbPrefix, "fdb-prefix", "fdb-etcd", "key prefix of this keyspace inside FoundationDB (backend fdb)")
 	fs.IntVar(&c.fdbAPIVersion, "fdb-api-version", 730, "FoundationDB client API version (backend fdb)")
+	fs.BoolVar(&c.forwardWrites, "fdb-forward-writes", true, "send writes to the one replica that currently owns revision allocation, so replicas sharing a keyspace do not conflict on it (backend fdb); peers dial each other's first --advertise-client-urls")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
 	finishOps := registerOpsFlags(fs, &c)
 	registerTestFlags(fs, &c.test)
@@ -79,7 +81,10 @@ func parseFlags(args []string) (*config, error) {
 		c.dataDir = c.server.Name + ".etcd"
 	}
 	switch c.backend {
-	case "pebble", "fdb":
+	case "pebble":
+	case "fdb":
+		// Only a shared backend has other replicas to forward to.
+		c.server.ForwardWrites = c.forwardWrites
 	default:
 		return nil, fmt.Errorf("--backend: unknown backend %q (want pebble or fdb)", c.backend)
 	}

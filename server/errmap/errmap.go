@@ -13,6 +13,7 @@ import (
 
 	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/server/forward"
 )
 
 type mapping struct {
@@ -30,6 +31,7 @@ var table = []mapping{
 	{mvcc.ErrStopped, rpctypes.ErrGRPCStopped},
 	{lease.ErrLeaseExists, rpctypes.ErrGRPCLeaseExist},
 	{lease.ErrLeaseTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
+	{forward.ErrOwnerLost, rpctypes.ErrGRPCLeaderChanged},
 }
 
 // ToGRPC maps err onto etcd's gRPC error. Context errors pass through so gRPC

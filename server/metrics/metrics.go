@@ -96,6 +96,7 @@ type Metrics struct {
 	leaseGranted, leaseRevoked, leaseRenewed prometheus.Counter
 	leaseExpired, etcdLeaseExpired           prometheus.Counter
 	leaseOwner                               prometheus.Gauge
+	forwardedWrites                          *prometheus.CounterVec
 
 	mu      sync.Mutex
 	store   StoreSource
@@ -183,6 +184,8 @@ func New(opt Options) *Metrics {
 		Help: "Leases this member expired while owning lease expiry."})
 	m.leaseOwner = f.gauge(prometheus.GaugeOpts{Namespace: "fdb_etcd", Subsystem: "lease", Name: "expiry_owner",
 		Help: "1 while this member holds the fenced lease-expiry ownership."})
+	m.forwardedWrites = f.counterVec(prometheus.CounterOpts{Namespace: "fdb_etcd", Subsystem: "forward", Name: "writes_total",
+		Help: "Writes sent on to the replica that owns revision allocation, by result: ok, error (the owner's etcd error), lost (outcome unknown), local (owner unreachable, committed here)."}, []string{"result"})
 
 	reg.MustRegister(&scrapeCollector{m: m})
 	return m
@@ -281,6 +284,14 @@ func (m *Metrics) LeaseExpired(n int) {
 	}
 	m.leaseExpired.Add(float64(n))
 	m.etcdLeaseExpired.Add(float64(n))
+}
+
+// ForwardedWrite counts one write forwarded to the revision owner.
+func (m *Metrics) ForwardedWrite(result string) {
+	if m == nil {
+		return
+	}
+	m.forwardedWrites.WithLabelValues(result).Inc()
 }
 
 // SetLeaseOwner reports whether this member owns lease expiry.

@@ -293,3 +293,18 @@ func (r *Reloader) load() (*tls.Config, error) {
 	}
 	return cfg, nil
 }
+
+// ClientConfig is the configuration for dialing another replica (to forward
+// writes): this server's certificate as the client certificate and the
+// trusted CA as the roots (the certificate follows reloads), as etcd members
+// use their certificates towards each other.
+func (r *Reloader) ClientConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:   r.minVer,
+		CipherSuites: r.ciphers,
+		RootCAs:      r.Current().ClientCAs,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return &r.Current().Certificates[0], nil
+		},
+	}
+}

@@ -1,0 +1,147 @@
+package forward_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
+	"github.com/fdb-etcd/fdb-etcd/internal/testserver"
+	"github.com/fdb-etcd/fdb-etcd/server"
+	"github.com/fdb-etcd/fdb-etcd/server/forward"
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
+
+// shared lets several in-process servers use one store: each server closes
+// its store on Stop, and the others must outlive it.
+type shared struct{ storage.DB }
+
+func (shared) Close() error { return nil }
+
+func start(t *testing.T, db storage.DB, name string) *testserver.Server {
+	t.Helper()
+	return testserver.Start(t, testserver.Options{DB: shared{db}, Config: server.Config{
+		Name:          name,
+		ForwardWrites: true,
+		Forward:       forward.Config{TTL: time.Second},
+	}})
+}
+
+// forwarded reads s's fdb_etcd_forward_writes_total{result=result}.
+func forwarded(t *testing.T, s *testserver.Server, result string) int {
+	t.Helper()
+	resp, err := http.Get(s.Addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(`(?m)^fdb_etcd_forward_writes_total\{result="` + result + `"\} (\d+)$`).FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// TestWritesGoToTheOwner: the first replica owns revision allocation; the
+// second sends it its writes (and only its writes), passes its etcd errors
+// through unchanged, and takes over once the owner stops.
+func TestWritesGoToTheOwner(t *testing.T) {
+	db := testdb.Open(t)
+	a := start(t, db, "a")
+	b := start(t, db, "b")
+	c := ctx(t)
+
+	// b learns the owner on start, but its connection to a comes up
+	// asynchronously: until then it commits locally.
+	deadline := time.Now().Add(10 * time.Second)
+	for forwarded(t, b, "ok") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("b never forwarded a write to a")
+		}
+		if _, err := b.Client.Put(c, "warmup", "x"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ok0 := forwarded(t, b, "ok")
+
+	put, err := b.Client.Put(c, "k", "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if put.Header.MemberId != b.Header().MemberID {
+		t.Errorf("forwarded put's header names member %x, want b's %x", put.Header.MemberId, b.Header().MemberID)
+	}
+	get, err := a.Client.Get(c, "k")
+	if err != nil || len(get.Kvs) != 1 || get.Kvs[0].ModRevision != put.Header.Revision {
+		t.Fatalf("a sees k = %v, %v; want it at b's put revision %d", get, err, put.Header.Revision)
+	}
+	txn, err := b.Client.Txn(c).If(clientv3.Compare(clientv3.Value("k"), "=", "v1")).
+		Then(clientv3.OpPut("k", "v2"), clientv3.OpGet("k")).Commit()
+	if err != nil || !txn.Succeeded || txn.Header.Revision != put.Header.Revision+1 {
+		t.Fatalf("txn = %+v, %v", txn, err)
+	}
+	if _, err := b.Client.Delete(c, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Client.Txn(c).Then(clientv3.OpGet("k")).Commit(); err != nil {
+		t.Fatal(err) // read-only: served by b itself
+	}
+	if got := forwarded(t, b, "ok") - ok0; got != 3 {
+		t.Errorf("b forwarded %d writes, want 3 (put, txn, delete; not the read-only txn)", got)
+	}
+	if n := forwarded(t, a, "ok"); n != 0 {
+		t.Errorf("a, the owner, forwarded %d writes", n)
+	}
+
+	// The owner's etcd errors come back as they are.
+	_, err = b.Client.Put(c, "leased", "v", clientv3.WithLease(12345))
+	if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		t.Errorf("put with an unknown lease through b = %v, want %v", err, rpctypes.ErrLeaseNotFound)
+	}
+	if forwarded(t, b, "error") != 1 {
+		t.Errorf("the owner's error was not counted as forwarded with result error")
+	}
+
+	// When a stops it hands ownership back; b commits its own writes.
+	a.Stop()
+	before := forwarded(t, b, "ok")
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		resp, err := b.Client.Put(c, "after", "x")
+		if err == nil && forwarded(t, b, "ok") == before {
+			get, err := b.Client.Get(c, "after")
+			if err != nil || len(get.Kvs) != 1 || get.Kvs[0].ModRevision != resp.Header.Revision {
+				t.Fatalf("after a stopped: get = %v, %v", get, err)
+			}
+			break
+		}
+		if err != nil && !errors.Is(err, rpctypes.ErrLeaderChanged) {
+			t.Fatalf("put through b after a stopped: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b still forwards (or fails) 10 s after the owner stopped")
+		}
+		before = forwarded(t, b, "ok")
+		time.Sleep(50 * time.Millisecond)
+	}
+}
