@@ -43,7 +43,7 @@ FDB_HEADER ?= /usr/include/foundationdb/fdb_c.h
 # FDB_PKGS are the packages whose tests run on FoundationDB under test-fdb:
 # the backend's own tests, and the suites above the storage interface, which
 # open their store through internal/testdb.
-FDB_PKGS   := ./storage/fdb/... ./mvcc/... ./watchhub/... ./lease/... ./server/...
+FDB_PKGS   := ./storage/fdb/... ./mvcc/... ./watchhub/... ./lease/... ./server/... ./cmd/...
 FDB_MISSING = $(shell \
 	if [ ! -e "$(FDB_LIB)" ]; then echo "$(FDB_LIB) not found"; \
 	elif [ ! -e "$(FDB_HEADER)" ]; then echo "$(FDB_HEADER) not found"; \
