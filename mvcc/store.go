@@ -49,6 +49,8 @@ type Store struct {
 
 	compactMu      sync.Mutex
 	compactWaiters []compactWaiter
+
+	counts *countCache // totals for the next page of paginated ranges
 }
 
 var _ revision.Applier = (*Store)(nil)
@@ -68,6 +70,7 @@ func Open(db storage.DB, cfg Config) (*Store, error) {
 		db: db, cfg: cfg, lg: cfg.Logger,
 		compactWake: make(chan struct{}, 1),
 		stop:        make(chan struct{}),
+		counts:      newCountCache(),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := db.View(context.Background(), func(tx storage.ReadTx) error {
@@ -344,6 +347,14 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 		kept      []*entry
 		count     int
 	)
+	// A page whose total an earlier page left behind reads only its keys.
+	pageable := withCount && keep >= 0 && !r.CountOnly && end != nil
+	cached := int64(-1)
+	if pageable && r.Revision > 0 {
+		if n, ok := s.counts.get(r.Key, r.RangeEnd, r.Revision); ok {
+			cached, withCount = n, false
+		}
+	}
 	cursor := r.Key
 	first := true
 	for cursor != nil {
@@ -399,7 +410,15 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 			break
 		}
 	}
-	return buildRange(r, kept, count, head, func(es []*entry) error { return s.resolvePaged(ctx, es, rev) })
+	if cached >= 0 {
+		count = int(cached)
+	}
+	resp, err := buildRange(r, kept, count, head, func(es []*entry) error { return s.resolvePaged(ctx, es, rev) })
+	if err == nil && pageable && resp.More && len(resp.Kvs) > 0 {
+		last := resp.Kvs[len(resp.Kvs)-1].Key
+		s.counts.put(append(bytes.Clone(last), 0), r.RangeEnd, rev, resp.Count-int64(len(resp.Kvs)))
+	}
+	return resp, err
 }
 
 // resolvePaged reads values in bounded read transactions, failing if a
