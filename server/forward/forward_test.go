@@ -3,11 +3,12 @@ package forward_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,18 +42,39 @@ func start(t *testing.T, db storage.DB, name string) *testserver.Server {
 // forwarded reads s's fdb_etcd_forward_writes_total{result=result}.
 func forwarded(t *testing.T, s *testserver.Server, result string) int {
 	t.Helper()
-	resp, err := http.Get(s.Addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^fdb_etcd_forward_writes_total\{result="` + result + `"\} (\d+)$`).FindSubmatch(b)
+	m := regexp.MustCompile(`(?m)^fdb_etcd_forward_writes_total\{result="` + result + `"\} (\d+)$`).FindSubmatch(scrapeHandler(t, s.Server))
 	if m == nil {
 		return 0
 	}
 	n, _ := strconv.Atoi(string(m[1]))
 	return n
+}
+
+// scrapeHandler reads s's metrics through its handler, whatever its TLS.
+func scrapeHandler(t *testing.T, s *server.Server) []byte {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	s.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	return rec.Body.Bytes()
+}
+
+func metricAtLeastOne(text, series string) bool {
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\d+)$`).FindStringSubmatch(text)
+	if m == nil {
+		return false
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n >= 1
+}
+
+func grep(text, substr string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func ctx(t *testing.T) context.Context {
