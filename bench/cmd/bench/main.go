@@ -1,8 +1,9 @@
 // Command bench compares fdb-etcd with etcd and kine: it builds (or reuses)
-// the three servers, then for each one in turn starts it on a fresh temp
-// data dir on loopback, runs every workload against it with the etcd
-// clientv3 client, and stops it. It prints a markdown table to stdout and
-// writes it to -out.
+// the servers, then for each one in turn starts it on a fresh temp data dir
+// on loopback, runs every workload against it with the etcd clientv3
+// client, and stops it. It prints a markdown table to stdout and writes it
+// to -out. With FDB_CLUSTER_FILE set it also runs fdb-etcd on FoundationDB,
+// with one replica and with three.
 //
 //	cd bench && go run ./cmd/bench -out results.md          # full run
 //	cd bench && go run ./cmd/bench -quick -out quick.md     # smoke test
@@ -40,12 +41,14 @@ func main() {
 
 type options struct {
 	servers      []string
+	allServers   bool // no -servers flag
 	groups       []string
 	quick        bool
 	out          string
 	jsonOut      string
 	base         string
 	fdbBin       string
+	fdbTaggedBin string
 	binDir       string
 	workDir      string
 	keep         bool
@@ -59,16 +62,18 @@ type options struct {
 func parseFlags() (options, error) {
 	var o options
 	var srv, groups string
-	flag.StringVar(&srv, "servers", strings.Join(servers.Known, ","), "comma-separated servers to run, in order: "+strings.Join(servers.Known, ","))
+	flag.StringVar(&srv, "servers", "", "comma-separated servers to run, in order, of "+strings.Join(servers.Known, ",")+
+		" (default all; those on FoundationDB only when "+servers.EnvClusterFile+" is set)")
 	flag.StringVar(&groups, "workloads", "all", "comma-separated workload groups: all or any of put,range,txn,list,watch,progress,rss,lease")
 	flag.BoolVar(&o.quick, "quick", false, "small counts and short runs (CI smoke test)")
 	flag.StringVar(&o.out, "out", "results.md", "markdown output file (\"\" = stdout only)")
 	flag.StringVar(&o.jsonOut, "json", "", "also write raw results as JSON to this file")
 	flag.StringVar(&o.base, "base", servers.FDBEtcd, "server whose ratios against the others are reported")
 	flag.StringVar(&o.fdbBin, "fdb-etcd-bin", "", "use this fdb-etcd binary instead of building ./cmd/fdb-etcd")
+	flag.StringVar(&o.fdbTaggedBin, "fdb-etcd-fdb-bin", "", "use this fdb-etcd binary (built with -tags fdb) for the FoundationDB servers")
 	flag.StringVar(&o.binDir, "bin-dir", "", "binary cache directory (default bench/.bin)")
 	flag.StringVar(&o.workDir, "workdir", "", "parent directory of the servers' temp data dirs (default $TMPDIR)")
-	flag.BoolVar(&o.keep, "keep", false, "keep the servers' data dirs and logs")
+	flag.BoolVar(&o.keep, "keep", false, "keep the servers' data dirs, logs and FoundationDB keyspaces")
 	flag.BoolVar(&o.restartEach, "restart-each", false, "restart each server on a fresh data dir before every workload")
 	flag.BoolVar(&o.rebuildTools, "rebuild-tools", false, "rebuild etcd and kine even if cached")
 	flag.DurationVar(&o.timeout, "timeout", 0, "overall time limit (default 2h, or 15m with -quick)")
@@ -78,6 +83,10 @@ func parseFlags() (options, error) {
 	if flag.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %v", flag.Args())
 	}
+	if srv == "" {
+		o.servers = servers.Default()
+		o.allServers = true
+	}
 	for _, s := range strings.Split(srv, ",") {
 		s = strings.TrimSpace(s)
 		if s == "" {
@@ -85,6 +94,11 @@ func parseFlags() (options, error) {
 		}
 		if !slices.Contains(servers.Known, s) {
 			return o, fmt.Errorf("unknown server %q (known: %s)", s, strings.Join(servers.Known, ","))
+		}
+		if servers.NeedsFDB(s) {
+			if _, err := servers.ClusterFile(); err != nil {
+				return o, fmt.Errorf("server %s runs on FoundationDB: %w", s, err)
+			}
 		}
 		if !slices.Contains(o.servers, s) {
 			o.servers = append(o.servers, s)
@@ -150,9 +164,10 @@ func run() error {
 		return err
 	}
 	bins, err := servers.Build(ctx, layout, o.servers, servers.BuildOptions{
-		FDBEtcdBin: o.fdbBin,
-		ForceTools: o.rebuildTools,
-		Logf:       logf,
+		FDBEtcdBin:   o.fdbBin,
+		FDBTaggedBin: o.fdbTaggedBin,
+		ForceTools:   o.rebuildTools,
+		Logf:         logf,
 	})
 	if err != nil {
 		return err
@@ -225,8 +240,13 @@ func runServer(ctx context.Context, name, bin string, ws []workload.Workload, p 
 		if inst != nil {
 			if o.keep {
 				logf("[%s] kept %s", name, inst.Dir)
+				if inst.Prefix != "" {
+					logf("[%s] kept FoundationDB keyspace %s", name, inst.Prefix)
+				}
 			}
-			inst.Stop()
+			if err := inst.Stop(); err != nil {
+				logf("[%s] stop: %v", name, err)
+			}
 			inst = nil
 		}
 	}
@@ -261,9 +281,9 @@ func runServer(ctx context.Context, name, bin string, ws []workload.Workload, p 
 				continue
 			}
 			used = false
-			logf("[%s] started pid %d on %s in %s", name, inst.PID(), inst.Endpoint, time.Since(t0).Round(time.Millisecond))
+			logf("[%s] started pid %v on %s in %s", name, inst.PIDs(), strings.Join(inst.Endpoints, ","), time.Since(t0).Round(time.Millisecond))
 		}
-		env := &workload.Env{Server: name, Endpoint: inst.Endpoint, PID: inst.PID(), P: p, Logf: logf}
+		env := &workload.Env{Server: name, Endpoints: inst.Endpoints, PIDs: inst.PIDs(), P: p, Logf: logf}
 		wctx, wcancel := context.WithTimeout(ctx, perWorkload)
 		t0 := time.Now()
 		res, err := w.Run(wctx, env)
@@ -311,15 +331,32 @@ func header(l servers.Layout, o options, mode string) []string {
 		fmt.Sprintf("host: %d CPUs, %s, %s/%s; load generator: etcd clientv3 in the same host, servers run one at a time on loopback", runtime.NumCPU(), memTotal(), runtime.GOOS, runtime.GOARCH),
 	}
 	var vs []string
+	fdb := false
 	for _, s := range o.servers {
 		switch s {
 		case servers.FDBEtcd:
 			vs = append(vs, "fdb-etcd "+gitRev(l.RepoRoot)+" (default Pebble store)")
+		case servers.FDBEtcdFDB:
+			vs = append(vs, "fdb-etcd-fdb (the same, built with -tags fdb, on FoundationDB, 1 replica)")
+			fdb = true
+		case servers.FDBEtcdFDB3:
+			vs = append(vs, "fdb-etcd-fdb3 (3 replicas of one FoundationDB keyspace, clients round-robin over them)")
+			fdb = true
 		default:
 			vs = append(vs, s+" "+servers.Versions[s])
 		}
 	}
 	h = append(h, "servers: "+strings.Join(vs, ", "))
+	if !fdb && o.allServers {
+		h = append(h, "FoundationDB servers ("+servers.FDBEtcdFDB+", "+servers.FDBEtcdFDB3+") not run: "+servers.EnvClusterFile+" is not set")
+	}
+	if fdb {
+		// The cluster's shape matters as much as fdb-etcd's: a single
+		// in-memory test server is not a production cluster.
+		if cf, err := servers.ClusterFile(); err == nil {
+			h = append(h, "FoundationDB cluster ("+servers.EnvClusterFile+"): "+servers.FDBStatus(cf)+"; a fresh keyspace per server start")
+		}
+	}
 	return h
 }
 

@@ -1,20 +1,24 @@
 // Package servers builds and runs the servers under comparison (etcd, kine,
-// fdb-etcd), one process at a time, each on a fresh temporary data directory
-// and on loopback ports only.
+// fdb-etcd on its embedded store, fdb-etcd on FoundationDB with one and with
+// three replicas), one server at a time, each on a fresh temporary data
+// directory (or FoundationDB keyspace) and on loopback ports only.
 package servers
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,10 +33,54 @@ const (
 	Etcd    = "etcd"
 	Kine    = "kine"
 	FDBEtcd = "fdb-etcd"
+	// FDBEtcdFDB is one fdb-etcd replica on FoundationDB.
+	FDBEtcdFDB = "fdb-etcd-fdb"
+	// FDBEtcdFDB3 is three fdb-etcd replicas serving one keyspace.
+	FDBEtcdFDB3 = "fdb-etcd-fdb3"
 )
 
 // Known lists all server names.
-var Known = []string{Etcd, Kine, FDBEtcd}
+var Known = []string{Etcd, Kine, FDBEtcd, FDBEtcdFDB, FDBEtcdFDB3}
+
+// EnvClusterFile names the environment variable that points the FoundationDB
+// servers at a cluster; without it they are left out of the default set.
+const EnvClusterFile = "FDB_CLUSTER_FILE"
+
+// NeedsFDB reports whether server name runs on FoundationDB.
+func NeedsFDB(name string) bool { return name == FDBEtcdFDB || name == FDBEtcdFDB3 }
+
+// Replicas is the number of processes server name runs as.
+func Replicas(name string) int {
+	if name == FDBEtcdFDB3 {
+		return 3
+	}
+	return 1
+}
+
+// Default returns the servers run when none are named: all of them, minus
+// the FoundationDB ones when no cluster is configured.
+func Default() []string {
+	var out []string
+	for _, n := range Known {
+		if !NeedsFDB(n) || os.Getenv(EnvClusterFile) != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// ClusterFile returns the FoundationDB cluster file from FDB_CLUSTER_FILE,
+// or why the FoundationDB servers cannot run.
+func ClusterFile() (string, error) {
+	cf := os.Getenv(EnvClusterFile)
+	if cf == "" {
+		return "", fmt.Errorf("%s is not set (make bench starts a throwaway fdbserver and sets it when FoundationDB is installed)", EnvClusterFile)
+	}
+	if _, err := os.Stat(cf); err != nil {
+		return "", fmt.Errorf("%s: %w", EnvClusterFile, err)
+	}
+	return filepath.Abs(cf)
+}
 
 // Versions of the reference servers; these must match bench/tools/*/go.mod.
 var Versions = map[string]string{
@@ -81,6 +129,7 @@ func FindLayout(binDir string) (Layout, error) {
 // BuildOptions controls how binaries are obtained.
 type BuildOptions struct {
 	FDBEtcdBin   string // use this fdb-etcd binary instead of building one
+	FDBTaggedBin string // likewise for the FoundationDB servers (built with -tags fdb)
 	ForceTools   bool   // rebuild etcd and kine even if cached
 	Logf         func(format string, args ...any)
 	BuildTimeout time.Duration
@@ -90,7 +139,8 @@ type BuildOptions struct {
 // paths. etcd and kine are built from the Go module proxy via the pinned
 // scratch modules in bench/tools/{etcd,kine}, and cached in BinDir keyed by
 // the hash of their go.mod+go.sum. fdb-etcd is always (re)built from the
-// repository, which is cheap thanks to the Go build cache.
+// repository, which is cheap thanks to the Go build cache; the FoundationDB
+// servers share a second build with -tags fdb, which needs cgo and libfdb_c.
 func Build(ctx context.Context, l Layout, names []string, o BuildOptions) (map[string]string, error) {
 	if o.BuildTimeout == 0 {
 		o.BuildTimeout = 20 * time.Minute
@@ -101,6 +151,7 @@ func Build(ctx context.Context, l Layout, names []string, o BuildOptions) (map[s
 		return nil, err
 	}
 	bins := map[string]string{}
+	var tagged string // one build serves both FoundationDB servers
 	for _, n := range names {
 		switch n {
 		case Etcd:
@@ -117,30 +168,58 @@ func Build(ctx context.Context, l Layout, names []string, o BuildOptions) (map[s
 			}
 			bins[n] = p
 		case FDBEtcd:
-			if o.FDBEtcdBin != "" {
-				p, err := filepath.Abs(o.FDBEtcdBin)
+			p, err := buildFDBEtcd(ctx, l, o.FDBEtcdBin, "fdb-etcd", false, o)
+			if err != nil {
+				return nil, err
+			}
+			bins[n] = p
+		case FDBEtcdFDB, FDBEtcdFDB3:
+			if tagged == "" {
+				p, err := buildFDBEtcd(ctx, l, o.FDBTaggedBin, "fdb-etcd-fdb", true, o)
 				if err != nil {
 					return nil, err
 				}
-				if _, err := os.Stat(p); err != nil {
-					return nil, err
-				}
-				bins[n] = p
-				continue
+				tagged = p
 			}
-			out := filepath.Join(l.BinDir, "fdb-etcd")
-			o.Logf("building fdb-etcd from %s", l.RepoRoot)
-			cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/fdb-etcd")
-			cmd.Dir = l.RepoRoot
-			if b, err := cmd.CombinedOutput(); err != nil {
-				return nil, fmt.Errorf("building fdb-etcd: %v\n%s", err, b)
-			}
-			bins[n] = out
+			bins[n] = tagged
 		default:
 			return nil, fmt.Errorf("unknown server %q (known: %s)", n, strings.Join(Known, ","))
 		}
 	}
 	return bins, nil
+}
+
+// buildFDBEtcd returns prebuilt if set, else builds ./cmd/fdb-etcd into
+// BinDir/out (with the fdb tag and cgo when fdbTag).
+func buildFDBEtcd(ctx context.Context, l Layout, prebuilt, out string, fdbTag bool, o BuildOptions) (string, error) {
+	if prebuilt != "" {
+		p, err := filepath.Abs(prebuilt)
+		if err != nil {
+			return "", err
+		}
+		if _, err := os.Stat(p); err != nil {
+			return "", err
+		}
+		return p, nil
+	}
+	out = filepath.Join(l.BinDir, out)
+	args := []string{"build", "-o", out}
+	env := os.Environ()
+	if fdbTag {
+		args = append(args, "-tags", "fdb")
+		env = append(env, "CGO_ENABLED=1")
+	}
+	o.Logf("building %s from %s", filepath.Base(out), l.RepoRoot)
+	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/fdb-etcd")...)
+	cmd.Dir = l.RepoRoot
+	cmd.Env = env
+	if b, err := cmd.CombinedOutput(); err != nil {
+		if fdbTag {
+			return "", fmt.Errorf("building %s (-tags fdb needs cgo and the FoundationDB 7.3 client library): %v\n%s", filepath.Base(out), err, b)
+		}
+		return "", fmt.Errorf("building %s: %v\n%s", filepath.Base(out), err, b)
+	}
+	return out, nil
 }
 
 func buildTool(ctx context.Context, l Layout, name, pkg, cgo string, o BuildOptions) (string, error) {
@@ -181,24 +260,35 @@ func buildTool(ctx context.Context, l Layout, name, pkg, cgo string, o BuildOpti
 	return out, nil
 }
 
-// Instance is one running server process.
+// Instance is one running server: a single process, or several replicas
+// serving one FoundationDB keyspace.
 type Instance struct {
-	Name     string
-	Endpoint string // host:port for clientv3
-	Dir      string // temp dir holding data and logs
-	LogPath  string
+	Name      string
+	Endpoints []string // host:port of each process, for clientv3
+	Dir       string   // temp dir holding data and logs
+	// Prefix is the FoundationDB keyspace (--fdb-prefix); "" off FoundationDB.
+	Prefix string
 
-	cmd    *exec.Cmd
-	logF   *os.File
-	exited chan struct{}
-	waitEr error
-	keep   bool
+	procs       []*process
+	clusterFile string
+	keep        bool
+}
+
+// process is one server process of an Instance.
+type process struct {
+	name     string
+	endpoint string
+	logPath  string
+	cmd      *exec.Cmd
+	logF     *os.File
+	exited   chan struct{}
+	waitErr  error
 }
 
 // StartOptions configures Start.
 type StartOptions struct {
 	WorkDir      string // parent of the temp dir; "" means os.TempDir()
-	Keep         bool   // keep the data dir after Stop
+	Keep         bool   // keep the data dir (and FoundationDB keyspace) after Stop
 	ReadyTimeout time.Duration
 }
 
@@ -212,30 +302,78 @@ func FreePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Start launches server name from bin on a fresh data dir and waits until it
-// answers a range request.
+// Start launches server name from bin on a fresh data dir (on FoundationDB:
+// a fresh keyspace, so runs never see each other's data) and waits until
+// every process answers a range request.
 func Start(ctx context.Context, name, bin string, o StartOptions) (*Instance, error) {
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 60 * time.Second
+	}
+	if !slices.Contains(Known, name) {
+		return nil, fmt.Errorf("unknown server %q", name)
+	}
+	inst := &Instance{Name: name, keep: o.Keep}
+	if NeedsFDB(name) {
+		cf, err := ClusterFile()
+		if err != nil {
+			return nil, fmt.Errorf("%s needs FoundationDB: %w", name, err)
+		}
+		var id [8]byte
+		if _, err := rand.Read(id[:]); err != nil {
+			return nil, err
+		}
+		inst.clusterFile = cf
+		inst.Prefix = "bench-" + hex.EncodeToString(id[:])
 	}
 	dir, err := os.MkdirTemp(o.WorkDir, "fdb-etcd-bench-"+name+"-")
 	if err != nil {
 		return nil, err
 	}
+	inst.Dir = dir
+	deadline := time.Now().Add(o.ReadyTimeout)
+	// Replicas start one after the other, so replica 0 takes write
+	// ownership (server/forward) and keeps it for the whole run; the
+	// report's single-client rows, whose client is on replica 0, thus
+	// measure the owner without forwarding.
+	for r := 0; r < Replicas(name); r++ {
+		p, err := inst.spawn(r, bin)
+		if err == nil {
+			err = p.waitReady(ctx, deadline, o.ReadyTimeout)
+		}
+		if err != nil {
+			inst.Stop()
+			return nil, err
+		}
+	}
+	return inst, nil
+}
+
+// spawn starts process r of the instance.
+func (i *Instance) spawn(r int, bin string) (*process, error) {
 	cport, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	pport, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
 	curl := "http://127.0.0.1:" + strconv.Itoa(cport)
-	purl := "http://127.0.0.1:" + strconv.Itoa(pport)
-	data := filepath.Join(dir, "data")
+	data := filepath.Join(i.Dir, "data")
+	p := &process{
+		name:     i.Name,
+		endpoint: "127.0.0.1:" + strconv.Itoa(cport),
+		logPath:  filepath.Join(i.Dir, "server.log"),
+		exited:   make(chan struct{}),
+	}
+	if Replicas(i.Name) > 1 {
+		p.name = fmt.Sprintf("%s/%d", i.Name, r)
+		p.logPath = filepath.Join(i.Dir, fmt.Sprintf("server-%d.log", r))
+	}
 	var args []string
-	switch name {
+	switch i.Name {
 	case Etcd:
+		pport, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		purl := "http://127.0.0.1:" + strconv.Itoa(pport)
 		args = []string{
 			"--name", "bench",
 			"--data-dir", data,
@@ -266,61 +404,58 @@ func Start(ctx context.Context, name, bin string, o StartOptions) (*Instance, er
 			"--listen-client-urls", curl,
 			"--advertise-client-urls", curl,
 		}
-	default:
-		return nil, fmt.Errorf("unknown server %q", name)
+	case FDBEtcdFDB, FDBEtcdFDB3:
+		// Replicas find each other through the keyspace and forward writes
+		// to the owner's advertised URL, so each advertises its own.
+		args = []string{
+			"--name", fmt.Sprintf("bench-%d", r),
+			"--listen-client-urls", curl,
+			"--advertise-client-urls", curl,
+			"--backend", "fdb",
+			"--fdb-cluster-file", i.clusterFile,
+			"--fdb-prefix", i.Prefix,
+		}
 	}
-	inst := &Instance{
-		Name:     name,
-		Endpoint: "127.0.0.1:" + strconv.Itoa(cport),
-		Dir:      dir,
-		LogPath:  filepath.Join(dir, "server.log"),
-		exited:   make(chan struct{}),
-		keep:     o.Keep,
-	}
-	inst.logF, err = os.Create(inst.LogPath)
+	p.logF, err = os.Create(p.logPath)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
-	if name == Kine {
+	cmd.Dir = i.Dir
+	if i.Name == Kine {
 		cmd.Dir = data
 	}
-	cmd.Stdout = inst.logF
-	cmd.Stderr = inst.logF
+	cmd.Stdout = p.logF
+	cmd.Stderr = p.logF
 	// Own process group (so a terminal ^C reaches only the harness, which
 	// then stops the server cleanly) and killed if the harness dies.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		inst.logF.Close()
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+		p.logF.Close()
+		return nil, fmt.Errorf("starting %s: %w", p.name, err)
 	}
-	inst.cmd = cmd
+	p.cmd = cmd
+	i.procs = append(i.procs, p)
+	i.Endpoints = append(i.Endpoints, p.endpoint)
 	go func() {
-		inst.waitEr = cmd.Wait()
-		close(inst.exited)
+		p.waitErr = cmd.Wait()
+		close(p.exited)
 	}()
-	if err := inst.waitReady(ctx, o.ReadyTimeout); err != nil {
-		inst.Stop()
-		return nil, err
-	}
-	return inst, nil
+	return p, nil
 }
 
-func (i *Instance) waitReady(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+func (p *process) waitReady(ctx context.Context, deadline time.Time, timeout time.Duration) error {
 	// Wait for the port first: a client dialled too early sits in gRPC's
 	// reconnect backoff for a second.
 	for attempt := 0; attempt < 10000 && time.Now().Before(deadline); attempt++ {
 		select {
-		case <-i.exited:
-			return fmt.Errorf("%s exited during startup (%v); log tail:\n%s", i.Name, i.waitEr, i.LogTail(20))
+		case <-p.exited:
+			return fmt.Errorf("%s exited during startup (%v); log tail:\n%s", p.name, p.waitErr, p.logTail(20))
 		case <-ctx.Done():
 			return ctx.Err()
 		default:
 		}
-		c, err := net.DialTimeout("tcp", i.Endpoint, 200*time.Millisecond)
+		c, err := net.DialTimeout("tcp", p.endpoint, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
 			break
@@ -328,7 +463,7 @@ func (i *Instance) waitReady(ctx context.Context, timeout time.Duration) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{i.Endpoint},
+		Endpoints:   []string{p.endpoint},
 		DialTimeout: 2 * time.Second,
 		Logger:      zap.NewNop(),
 	})
@@ -339,8 +474,8 @@ func (i *Instance) waitReady(ctx context.Context, timeout time.Duration) error {
 	var last error
 	for attempt := 0; attempt < 1000 && time.Now().Before(deadline); attempt++ {
 		select {
-		case <-i.exited:
-			return fmt.Errorf("%s exited during startup (%v); log tail:\n%s", i.Name, i.waitEr, i.LogTail(20))
+		case <-p.exited:
+			return fmt.Errorf("%s exited during startup (%v); log tail:\n%s", p.name, p.waitErr, p.logTail(20))
 		case <-ctx.Done():
 			return ctx.Err()
 		default:
@@ -353,46 +488,131 @@ func (i *Instance) waitReady(ctx context.Context, timeout time.Duration) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("%s not ready after %s: %v; log tail:\n%s", i.Name, timeout, last, i.LogTail(20))
+	return fmt.Errorf("%s not ready after %s: %v; log tail:\n%s", p.name, timeout, last, p.logTail(20))
 }
 
-// PID is the server's process id.
-func (i *Instance) PID() int { return i.cmd.Process.Pid }
+// PIDs are the server's process ids, one per replica.
+func (i *Instance) PIDs() []int {
+	out := make([]int, len(i.procs))
+	for k, p := range i.procs {
+		out[k] = p.cmd.Process.Pid
+	}
+	return out
+}
 
-// Alive reports whether the process is still running.
+// Alive reports whether every process is still running.
 func (i *Instance) Alive() bool {
+	for _, p := range i.procs {
+		if !p.alive() {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *process) alive() bool {
 	select {
-	case <-i.exited:
+	case <-p.exited:
 		return false
 	default:
 		return true
 	}
 }
 
-// Stop terminates the server (SIGTERM, then SIGKILL after 10s) and removes
-// its temp dir unless asked to keep it.
+// Stop terminates the processes (SIGTERM, then SIGKILL after 10s), clears
+// the FoundationDB keyspace, since a throwaway fdbserver keeps everything in
+// memory, and removes the temp dir, unless asked to keep them.
 func (i *Instance) Stop() error {
-	if i.cmd != nil && i.Alive() {
-		_ = i.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-i.exited:
-		case <-time.After(10 * time.Second):
-			_ = i.cmd.Process.Kill()
-			<-i.exited
+	for _, p := range i.procs {
+		if p.alive() {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}
-	if i.logF != nil {
-		i.logF.Close()
+	for _, p := range i.procs {
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+		p.logF.Close()
 	}
-	if !i.keep {
-		return os.RemoveAll(i.Dir)
+	if i.keep {
+		return nil
+	}
+	var errs []error
+	if i.Prefix != "" {
+		errs = append(errs, clearKeyspace(i.clusterFile, i.Prefix))
+	}
+	if i.Dir != "" {
+		errs = append(errs, os.RemoveAll(i.Dir))
+	}
+	return errors.Join(errs...)
+}
+
+// clearKeyspace deletes the keyspace prefix (storage/fdb.KeyPrefix: 0x02,
+// the name, 0x00; the name is hex, so needs no escaping) with fdbcli, which
+// saves the harness a cgo dependency.
+func clearKeyspace(clusterFile, prefix string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "fdbcli", "-C", clusterFile, "--timeout", "30", "--exec",
+		fmt.Sprintf(`writemode on; clearrange \x02%s\x00 \x02%s\x01`, prefix, prefix)).CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("Committed")) {
+		return fmt.Errorf("clearing FoundationDB keyspace %s (left in the cluster): %v %s", prefix, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
 
-// LogTail returns the last n lines of the server's log.
+// FDBStatus describes the cluster in clusterFile in one line (version,
+// processes, redundancy and storage engine), or says why it cannot.
+func FDBStatus(clusterFile string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "fdbcli", "-C", clusterFile, "--timeout", "20", "--exec", "status json").Output()
+	if err != nil {
+		return "status unknown (fdbcli: " + err.Error() + ")"
+	}
+	var st struct {
+		Cluster struct {
+			Configuration struct {
+				RedundancyMode string `json:"redundancy_mode"`
+				StorageEngine  string `json:"storage_engine"`
+			} `json:"configuration"`
+			Processes map[string]struct {
+				Version string `json:"version"`
+			} `json:"processes"`
+		} `json:"cluster"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return "status unknown (" + err.Error() + ")"
+	}
+	version := "?"
+	for _, p := range st.Cluster.Processes {
+		version = p.Version
+	}
+	procs := fmt.Sprintf("%d processes", len(st.Cluster.Processes))
+	if len(st.Cluster.Processes) == 1 {
+		procs = "1 process"
+	}
+	return fmt.Sprintf("FoundationDB %s, %s, %s redundancy, %s storage engine", version, procs,
+		st.Cluster.Configuration.RedundancyMode, st.Cluster.Configuration.StorageEngine)
+}
+
+// LogTail returns the last n lines of each process's log.
 func (i *Instance) LogTail(n int) string {
-	f, err := os.Open(i.LogPath)
+	if len(i.procs) == 1 {
+		return i.procs[0].logTail(n)
+	}
+	var b strings.Builder
+	for _, p := range i.procs {
+		fmt.Fprintf(&b, "== %s ==\n%s\n", p.name, p.logTail(n))
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func (p *process) logTail(n int) string {
+	f, err := os.Open(p.logPath)
 	if err != nil {
 		return err.Error()
 	}

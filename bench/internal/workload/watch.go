@@ -33,7 +33,12 @@ type watchSet struct {
 func openWatchers(ctx context.Context, env *Env, n int, keyOf func(i int) string, onResp func(clientv3.WatchResponse)) (*watchSet, error) {
 	perStream := max(env.P.WatchersPerStream, 1)
 	streams := (n + perStream - 1) / perStream
-	clients, err := env.Clients(min(streams, max(env.P.Conns, 1)))
+	if r := len(env.Endpoints); streams < r {
+		// At least one stream per replica, so every replica delivers.
+		streams = min(r, n)
+		perStream = (n + streams - 1) / streams
+	}
+	clients, err := env.Clients(env.Conns(streams))
 	if err != nil {
 		return nil, err
 	}
@@ -331,7 +336,8 @@ func (w *ProgressRTT) Run(ctx context.Context, env *Env) (Result, error) {
 }
 
 // WatcherRSS measures the server's resident memory with many idle watchers
-// (each on its own prefix), on a freshly started server.
+// (each on its own prefix), on a freshly started server; with several
+// replicas, the sum over them.
 type WatcherRSS struct {
 	P Params // for the row label
 }
@@ -343,7 +349,7 @@ func (w *WatcherRSS) Name() string {
 }
 
 func (w *WatcherRSS) Run(ctx context.Context, env *Env) (Result, error) {
-	if env.PID <= 0 {
+	if len(env.PIDs) == 0 {
 		return Result{}, errors.New("server pid unknown")
 	}
 	settle := 2 * time.Second
@@ -351,7 +357,7 @@ func (w *WatcherRSS) Run(ctx context.Context, env *Env) (Result, error) {
 		settle = 500 * time.Millisecond
 	}
 	time.Sleep(settle)
-	before, err := servers.RSS(env.PID)
+	before, err := totalRSS(env.PIDs)
 	if err != nil {
 		return Result{}, err
 	}
@@ -362,18 +368,34 @@ func (w *WatcherRSS) Run(ctx context.Context, env *Env) (Result, error) {
 	}
 	defer ws.Close()
 	time.Sleep(settle)
-	after, err := servers.RSS(env.PID)
+	after, err := totalRSS(env.PIDs)
 	if err != nil {
 		return Result{}, err
 	}
 	delta := after - before
+	var of string
+	if len(env.PIDs) > 1 {
+		of = fmt.Sprintf("sum of %d replicas; ", len(env.PIDs))
+	}
 	return Result{
 		Row:   w.Name(),
 		Group: w.Group(),
 		Kind:  Bytes,
 		Value: float64(after),
 		Ops:   int64(n),
-		Note: fmt.Sprintf("fresh server %.1f MiB before, %+.1f MiB for %d watchers (%.1f KiB each); setup %s",
-			float64(before)/(1<<20), float64(delta)/(1<<20), n, float64(delta)/1024/float64(n), ws.setup.Round(time.Millisecond)),
+		Note: fmt.Sprintf("%sfresh server %.1f MiB before, %+.1f MiB for %d watchers (%.1f KiB each); setup %s",
+			of, float64(before)/(1<<20), float64(delta)/(1<<20), n, float64(delta)/1024/float64(n), ws.setup.Round(time.Millisecond)),
 	}, nil
+}
+
+func totalRSS(pids []int) (int64, error) {
+	var sum int64
+	for _, pid := range pids {
+		n, err := servers.RSS(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += n
+	}
+	return sum, nil
 }

@@ -84,11 +84,15 @@ type FreshServer interface {
 
 // Env is what a workload gets to talk to one running server.
 type Env struct {
-	Server   string // etcd, kine, fdb-etcd
-	Endpoint string // host:port on loopback
-	PID      int    // server process id (for RSS)
-	P        Params
-	Logf     func(format string, args ...any)
+	Server string // etcd, kine, fdb-etcd, …
+	// Endpoints holds host:port on loopback of each replica of the server
+	// (one for all but fdb-etcd-fdb3); clients are spread over them.
+	Endpoints []string
+	PIDs      []int // server process ids (for RSS), one per replica
+	P         Params
+	Logf      func(format string, args ...any)
+
+	next atomic.Uint64 // replica of the next NewClient
 }
 
 // Params sizes the workloads; Full and Quick give the two presets.
@@ -99,7 +103,8 @@ type Params struct {
 	// MaxOps bounds the operation count of any single run.
 	MaxOps int64
 	// Conns is the number of client connections a multi-client workload
-	// spreads its goroutines over.
+	// spreads its goroutines over (rounded up to a multiple of the replica
+	// count, see Env.Conns).
 	Conns int
 	// OpTimeout bounds each request.
 	OpTimeout time.Duration
@@ -170,10 +175,22 @@ func Quick() Params {
 	return p
 }
 
-// NewClient opens one clientv3 client to the env's server.
+// NewClient opens one clientv3 client to one of the server's replicas,
+// taking them in turn.
 func (e *Env) NewClient() (*clientv3.Client, error) {
+	return e.clientTo(int((e.next.Add(1) - 1) % uint64(max(len(e.Endpoints), 1))))
+}
+
+// clientTo opens a client to replica r alone: one endpoint per client (not
+// all of them, which clientv3 would balance per request) keeps each
+// client's requests, and its watch and keep-alive streams, on one replica,
+// as with a client behind a per-connection load balancer.
+func (e *Env) clientTo(r int) (*clientv3.Client, error) {
+	if len(e.Endpoints) == 0 {
+		return nil, errors.New("no server endpoint")
+	}
 	return clientv3.New(clientv3.Config{
-		Endpoints:          []string{e.Endpoint},
+		Endpoints:          []string{e.Endpoints[r%len(e.Endpoints)]},
 		DialTimeout:        5 * time.Second,
 		Logger:             zap.NewNop(),
 		MaxCallRecvMsgSize: math.MaxInt32,
@@ -181,14 +198,25 @@ func (e *Env) NewClient() (*clientv3.Client, error) {
 	})
 }
 
-// Clients opens n clients; close them with CloseAll.
+// Conns is how many connections to spread worker goroutines over: P.Conns
+// rounded up to a multiple of the replica count (never above workers), so
+// that worker w on connection w mod Conns talks to replica w mod replicas
+// and the replicas get equal shares of the clients.
+func (e *Env) Conns(workers int) int {
+	r := max(len(e.Endpoints), 1)
+	c := (max(e.P.Conns, 1) + r - 1) / r * r
+	return max(min(c, workers), 1)
+}
+
+// Clients opens n clients, client i to replica i mod the replica count;
+// close them with CloseAll.
 func (e *Env) Clients(n int) ([]*clientv3.Client, error) {
 	if n < 1 {
 		n = 1
 	}
 	cs := make([]*clientv3.Client, 0, n)
 	for i := 0; i < n; i++ {
-		c, err := e.NewClient()
+		c, err := e.clientTo(i)
 		if err != nil {
 			CloseAll(cs)
 			return nil, err
@@ -209,7 +237,7 @@ func CloseAll(cs []*clientv3.Client) {
 // back to back until Duration passes or MaxOps operations were started.
 type LoadSpec struct {
 	Workers  int
-	Conns    int           // client connections (≤ Workers)
+	Conns    int           // client connections (≤ Workers); 0 = env.Conns
 	Duration time.Duration // 0 = no time bound other than TimeCap
 	MaxOps   int64         // required
 	TimeCap  time.Duration // hard bound when Duration is 0
@@ -244,7 +272,7 @@ func RunLoad(ctx context.Context, env *Env, s LoadSpec) (LoadResult, error) {
 		s.Workers = 1
 	}
 	if s.Conns < 1 || s.Conns > s.Workers {
-		s.Conns = min(s.Workers, max(env.P.Conns, 1))
+		s.Conns = env.Conns(s.Workers)
 	}
 	if s.MaxOps <= 0 {
 		return LoadResult{}, errors.New("RunLoad: MaxOps must be > 0")
