@@ -347,14 +347,11 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 		kept      []*entry
 		count     int
 	)
-	// A page whose total an earlier page left behind reads only its keys.
-	pageable := withCount && keep >= 0 && !r.CountOnly && end != nil
+	// A range whose count the cache knows reads only the keys it returns.
+	// Filters and sorting read the whole range anyway.
+	countable := withCount && end != nil && (r.CountOnly || keep >= 0)
+	scanCount := withCount
 	cached := int64(-1)
-	if pageable && r.Revision > 0 {
-		if n, ok := s.counts.get(r.Key, r.RangeEnd, r.Revision); ok {
-			cached, withCount = n, false
-		}
-	}
 	cursor := r.Key
 	first := true
 	for cursor != nil {
@@ -379,12 +376,25 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 			if rev < c.Requested {
 				return ErrCompacted
 			}
+			if first && countable {
+				n, ok, err := s.counts.countAt(tx, r.Key, r.RangeEnd, rev, c)
+				if err != nil {
+					return err
+				}
+				cached, scanCount = -1, true
+				if ok {
+					cached, scanCount = n, false
+				}
+			}
+			if r.CountOnly && !scanCount {
+				return nil
+			}
 			collect := func(key []byte, m meta, ver *version) bool {
 				pageCount++
 				if keep < 0 || len(kept)+len(page) < keep {
 					page = append(page, &entry{key: bytes.Clone(key), meta: m, ver: ver})
 				}
-				return withCount || keep < 0 || len(kept)+len(page) < keep
+				return scanCount || keep < 0 || len(kept)+len(page) < keep
 			}
 			if end == nil {
 				e, err := getAt(tx, r.Key, rev, nil)
@@ -406,7 +416,7 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 		kept = append(kept, page...)
 		count += pageCount
 		cursor = next
-		if !withCount && keep >= 0 && len(kept) >= keep {
+		if (r.CountOnly && !scanCount) || (!scanCount && keep >= 0 && len(kept) >= keep) {
 			break
 		}
 	}
@@ -414,9 +424,13 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 		count = int(cached)
 	}
 	resp, err := buildRange(r, kept, count, head, func(es []*entry) error { return s.resolvePaged(ctx, es, rev) })
-	if err == nil && pageable && resp.More && len(resp.Kvs) > 0 {
-		last := resp.Kvs[len(resp.Kvs)-1].Key
-		s.counts.put(append(bytes.Clone(last), 0), r.RangeEnd, rev, resp.Count-int64(len(resp.Kvs)))
+	if err == nil && withCount && end != nil {
+		// Every counted range leaves its count, however it was read.
+		s.counts.put(r.Key, r.RangeEnd, rev, resp.Count)
+		if resp.More && len(resp.Kvs) > 0 && !r.CountOnly {
+			last := resp.Kvs[len(resp.Kvs)-1].Key
+			s.counts.put(append(bytes.Clone(last), 0), r.RangeEnd, rev, resp.Count-int64(len(resp.Kvs)))
+		}
 	}
 	return resp, err
 }
