@@ -80,20 +80,6 @@ func (sn Snapshotter) OpenSnapshot(ctx context.Context) (io.ReadCloser, int64, e
 	return f, f.Size, nil
 }
 
-// Snapshot writes a point-in-time etcd v3.6 backend database to w (without
-// the sha256 trailer etcd's Snapshot RPC appends) and returns its revision.
-func (s *Store) Snapshot(ctx context.Context, w io.Writer, cfg SnapshotConfig) (rev int64, err error) {
-	f, err := s.OpenSnapshot(ctx, cfg)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	if _, err := io.Copy(w, f); err != nil {
-		return 0, err
-	}
-	return f.Rev, nil
-}
-
 // errSnapshotCompacted restarts a snapshot whose compaction revision moved
 // while it was being read.
 var errSnapshotCompacted = errors.New("mvcc: compacted during snapshot")

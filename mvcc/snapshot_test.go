@@ -65,10 +65,15 @@ func takeSnapshot(t *testing.T, s *mvcc.Store, cfg mvcc.SnapshotConfig) *snapDB 
 	if err != nil {
 		t.Fatal(err)
 	}
-	rev, err := s.Snapshot(context.Background(), f, cfg)
+	snap, err := s.OpenSnapshot(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := f.ReadFrom(snap); err != nil {
+		t.Fatal(err)
+	}
+	snap.Close()
+	rev := snap.Rev
 	st, _ := f.Stat()
 	f.Close()
 	if left, _ := os.ReadDir(cfg.Dir); len(left) != 0 {

@@ -50,7 +50,7 @@ type Store struct {
 	compactMu      sync.Mutex
 	compactWaiters []compactWaiter
 
-	counts *countCache // totals for the next page of paginated ranges
+	counts *countCache // range counts, so counting need not scan (countcache.go)
 }
 
 var _ revision.Applier = (*Store)(nil)
@@ -381,10 +381,11 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 				if err != nil {
 					return err
 				}
-				cached, scanCount = -1, true
+				cached = -1
 				if ok {
-					cached, scanCount = n, false
+					cached = n
 				}
+				scanCount = cached < 0
 			}
 			if r.CountOnly && !scanCount {
 				return nil
@@ -416,7 +417,7 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 		kept = append(kept, page...)
 		count += pageCount
 		cursor = next
-		if (r.CountOnly && !scanCount) || (!scanCount && keep >= 0 && len(kept) >= keep) {
+		if !scanCount && (r.CountOnly || keep >= 0 && len(kept) >= keep) {
 			break
 		}
 	}

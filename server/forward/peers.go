@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 )
 
 // Peers keeps one gRPC connection per owner URL.
@@ -23,12 +22,17 @@ type Peers struct {
 	tls func() *tls.Config
 
 	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns map[string]peer
+}
+
+type peer struct {
+	cc *grpc.ClientConn
+	kv pb.KVClient
 }
 
 // NewPeers returns an empty connection set; tlsConfig may be nil.
 func NewPeers(tlsConfig func() *tls.Config) *Peers {
-	return &Peers{tls: tlsConfig, conns: map[string]*grpc.ClientConn{}}
+	return &Peers{tls: tlsConfig, conns: map[string]peer{}}
 }
 
 // ready returns a KV client for the replica at rawURL if its connection is
@@ -36,20 +40,20 @@ func NewPeers(tlsConfig func() *tls.Config) *Peers {
 func (p *Peers) ready(rawURL string) pb.KVClient {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	cc, ok := p.conns[rawURL]
+	pr, ok := p.conns[rawURL]
 	if !ok {
-		var err error
-		cc, err = p.dial(rawURL)
+		cc, err := p.dial(rawURL)
 		if err != nil {
 			return nil
 		}
-		p.conns[rawURL] = cc
+		pr = peer{cc: cc, kv: pb.NewKVClient(cc)}
+		p.conns[rawURL] = pr
 	}
-	if cc.GetState() != connectivity.Ready {
-		cc.Connect()
+	if pr.cc.GetState() != connectivity.Ready {
+		pr.cc.Connect()
 		return nil
 	}
-	return pb.NewKVClient(cc)
+	return pr.kv
 }
 
 func (p *Peers) dial(rawURL string) (*grpc.ClientConn, error) {
@@ -59,10 +63,14 @@ func (p *Peers) dial(rawURL string) (*grpc.ClientConn, error) {
 	}
 	creds := insecure.NewCredentials()
 	if u.Scheme == "https" {
-		if p.tls == nil || p.tls() == nil {
+		var tc *tls.Config
+		if p.tls != nil {
+			tc = p.tls()
+		}
+		if tc == nil {
 			return nil, errors.New("forward: https owner but no client TLS configuration")
 		}
-		creds = credentials.NewTLS(p.tls())
+		creds = credentials.NewTLS(tc)
 	}
 	return grpc.NewClient("passthrough:///"+u.Host,
 		grpc.WithTransportCredentials(creds),
@@ -73,8 +81,8 @@ func (p *Peers) dial(rawURL string) (*grpc.ClientConn, error) {
 func (p *Peers) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for k, cc := range p.conns {
-		_ = cc.Close()
+	for k, pr := range p.conns {
+		_ = pr.cc.Close()
 		delete(p.conns, k)
 	}
 }
@@ -83,10 +91,6 @@ func (p *Peers) Close() {
 // etcd itself sends, such as compacted or request too large) rather than a
 // transport failure on the way.
 func isEtcdError(err error) bool {
-	st, ok := status.FromError(err)
-	if !ok {
-		return false
-	}
 	_, known := rpctypes.Error(err).(rpctypes.EtcdError)
-	return known && st.Message() != ""
+	return known
 }

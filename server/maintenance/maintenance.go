@@ -44,7 +44,7 @@ type Defragmenter interface {
 
 // Snapshotter opens a point-in-time etcd backend database (a bbolt file with
 // etcd's schema, without the checksum the RPC appends) and tells its size;
-// optional.
+// WithSnapshotter supplies it.
 type Snapshotter interface {
 	OpenSnapshot(ctx context.Context) (db io.ReadCloser, size int64, err error)
 }
@@ -53,9 +53,9 @@ type Snapshotter interface {
 type Server struct {
 	pb.UnsafeMaintenanceServer
 	store   Store
-	backend any // probed for Sizer, Defragmenter, Snapshotter
+	backend any // probed for Sizer and Defragmenter
 	hdr     header.Filler
-	snap    Snapshotter // overrides the backend's
+	snap    Snapshotter // nil: Snapshot is not supported
 
 	mu     sync.Mutex
 	alarms map[pb.AlarmType]bool
@@ -207,14 +207,10 @@ const snapshotChunk = 32 * 1024
 // bytes still to come, then the sha256 of the database as the last message,
 // every message carrying the storage version and no header.
 func (s *Server) Snapshot(r *pb.SnapshotRequest, stream grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
-	sn := s.snap
-	if sn == nil {
-		var ok bool
-		if sn, ok = s.backend.(Snapshotter); !ok {
-			return rpctypes.ErrGRPCNotCapable
-		}
+	if s.snap == nil {
+		return rpctypes.ErrGRPCNotCapable
 	}
-	db, total, err := sn.OpenSnapshot(stream.Context())
+	db, total, err := s.snap.OpenSnapshot(stream.Context())
 	if err != nil {
 		return errmap.ToGRPC(err)
 	}

@@ -2,7 +2,6 @@ package scenarios
 
 import (
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -166,29 +165,7 @@ func TestDeployDryRun(t *testing.T) {
 		}
 		recordScenario("DeployDryRun", "fdb-etcd", status, time.Since(start))
 	})
-	dir, err := os.MkdirTemp("", "conformance-deploy-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := startFDBEtcd(dir)
-	if err != nil {
-		t.Fatalf("starting fdb-etcd: %v", err)
-	}
-	c, err := startCluster(t, st, dir)
-	t.Cleanup(func() {
-		if c != nil {
-			c.stop()
-		}
-		st.stop()
-		if t.Failed() || *flagKeep {
-			t.Logf("logs and data kept in %s", dir)
-			return
-		}
-		os.RemoveAll(dir)
-	})
-	if err != nil {
-		t.Fatalf("starting kube-apiserver on fdb-etcd: %v", err)
-	}
+	c := startStack(t, "fdb-etcd")
 
 	groups, err := restmapper.GetAPIGroupResources(c.client.Discovery())
 	if err != nil {

@@ -123,7 +123,11 @@ func report() string {
 	return b.String()
 }
 
-func runScenarios(t *testing.T, be string, all bool) {
+// startStack starts be's store ("fdb-etcd" or "etcd") and a kube-apiserver
+// on it in a fresh directory; both stop when t ends, and the directory goes
+// too unless t failed or -keep is set.
+func startStack(t *testing.T, be string) *cluster {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "conformance-"+be+"-")
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +159,11 @@ func runScenarios(t *testing.T, be string, all bool) {
 	if err != nil {
 		t.Fatalf("starting kube-apiserver on %s: %v", be, err)
 	}
+	return c
+}
+
+func runScenarios(t *testing.T, be string, all bool) {
+	c := startStack(t, be)
 	c.quietSince = quietSetup(t, c)
 	for _, sc := range scenarios() {
 		sc := sc
