@@ -19,7 +19,13 @@ func coalesce(rs []watchhub.Response) []watchhub.Response {
 		return rs
 	}
 	out := rs[:0]
-	first := map[int64]int{} // watch id -> index in out, for the current run
+	// watch id -> index in out, for the current run; owned marks merged
+	// responses whose Events slice is already a private copy. A response's
+	// Events are shared with the hub, so the first merge copies them once
+	// and later merges append in place (clipping on every merge would copy
+	// the whole batch each time: quadratic in a lagging watcher's backlog).
+	first := map[int64]int{}
+	owned := map[int]bool{}
 	for _, r := range rs {
 		if r.Kind != watchhub.KindEvents {
 			clear(first)
@@ -28,7 +34,11 @@ func coalesce(rs []watchhub.Response) []watchhub.Response {
 		}
 		if i, ok := first[r.WatchID]; ok && len(out[i].Events)+len(r.Events) <= maxCoalescedEvents {
 			m := &out[i]
-			m.Events = append(m.Events[:len(m.Events):len(m.Events)], r.Events...)
+			if !owned[i] {
+				m.Events = append(make([]*watchhub.Event, 0, 2*(len(m.Events)+len(r.Events))), m.Events...)
+				owned[i] = true
+			}
+			m.Events = append(m.Events, r.Events...)
 			m.Rev = max(m.Rev, r.Rev)
 			continue
 		}

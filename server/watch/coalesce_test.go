@@ -33,3 +33,58 @@ func TestCoalesceKeepsOrderAcrossControlResponses(t *testing.T) {
 		}
 	}
 }
+
+// The hub shares one revision's Events slice among every watcher that gets
+// it, so merging must never write into a shared slice's spare capacity, and
+// a long backlog must come out whole and in revision order.
+func TestCoalesceLeavesSharedEventsAloneAndKeepsOrder(t *testing.T) {
+	events := make([]*watchhub.Event, 0, 400)
+	for range 400 {
+		events = append(events, &watchhub.Event{})
+	}
+	shared := make([]*watchhub.Event, 1, 8) // spare capacity a careless append would use
+	shared[0] = events[0]
+	in := []watchhub.Response{
+		{Kind: watchhub.KindEvents, WatchID: 1, Rev: 1, Events: shared},
+		{Kind: watchhub.KindEvents, WatchID: 2, Rev: 1, Events: shared},
+	}
+	for i := 1; i < len(events); i++ {
+		in = append(in, watchhub.Response{Kind: watchhub.KindEvents, WatchID: 1, Rev: int64(i + 1), Events: events[i : i+1 : i+1]})
+	}
+	out := coalesce(in)
+	if len(out) != 2 {
+		t.Fatalf("got %d responses, want 2", len(out))
+	}
+	if got := shared[:2][1]; got != nil {
+		t.Fatalf("merge wrote into the shared slice's spare capacity")
+	}
+	if len(out[1].Events) != 1 || out[1].Events[0] != events[0] {
+		t.Fatalf("watcher 2's events changed: %d events", len(out[1].Events))
+	}
+	if out[0].Rev != int64(len(events)) || len(out[0].Events) != len(events) {
+		t.Fatalf("watcher 1: rev %d with %d events, want rev %d with %d", out[0].Rev, len(out[0].Events), len(events), len(events))
+	}
+	for i, e := range out[0].Events {
+		if e != events[i] {
+			t.Fatalf("watcher 1's event %d out of order", i)
+		}
+	}
+}
+
+// A stream that fell 1,000 revisions behind on 100 watchers.
+func BenchmarkCoalesceBacklog(b *testing.B) {
+	ev := []*watchhub.Event{{}}
+	in := make([]watchhub.Response, 0, 100_000)
+	for rev := range 1000 {
+		for id := range 100 {
+			in = append(in, watchhub.Response{Kind: watchhub.KindEvents, WatchID: int64(id), Rev: int64(rev + 1), Events: ev})
+		}
+	}
+	rs := make([]watchhub.Response, len(in))
+	for b.Loop() {
+		copy(rs, in)
+		if out := coalesce(rs); len(out) != 100 {
+			b.Fatalf("got %d responses", len(out))
+		}
+	}
+}
