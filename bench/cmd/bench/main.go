@@ -22,7 +22,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -57,6 +59,11 @@ type options struct {
 	timeout      time.Duration
 	duration     time.Duration
 	objects      int
+	watchers     []int
+	pprof        bool
+	cpuProfile   string
+	serverCPUs   string
+	watchRates   []int
 }
 
 func parseFlags() (options, error) {
@@ -79,6 +86,12 @@ func parseFlags() (options, error) {
 	flag.DurationVar(&o.timeout, "timeout", 0, "overall time limit (default 2h, or 15m with -quick)")
 	flag.DurationVar(&o.duration, "duration", 0, "override the length of each time-bounded throughput run")
 	flag.IntVar(&o.objects, "objects", 0, "override the object count of the create-txn and LIST workloads")
+	flag.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof on etcd's and fdb-etcd's client port (profile a run by hand)")
+	flag.StringVar(&o.serverCPUs, "server-cpus", "", "pin the servers to these CPUs with taskset (e.g. 0); run the harness itself under taskset on the others")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write the harness's own CPU profile (the load generator) to this file")
+	var watchers, rates string
+	flag.StringVar(&watchers, "watchers", "", "override the watcher counts of the watch fan-out rows (comma-separated)")
+	flag.StringVar(&rates, "watch-rates", "", "override the write rates of the watch fan-out rows (comma-separated, writes/s)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %v", flag.Args())
@@ -112,6 +125,13 @@ func parseFlags() (options, error) {
 			o.groups = append(o.groups, g)
 		}
 	}
+	var err error
+	if o.watchers, err = parseInts(watchers); err != nil {
+		return o, fmt.Errorf("-watchers: %w", err)
+	}
+	if o.watchRates, err = parseInts(rates); err != nil {
+		return o, fmt.Errorf("-watch-rates: %w", err)
+	}
 	if o.timeout == 0 {
 		o.timeout = 2 * time.Hour
 		if o.quick {
@@ -119,6 +139,22 @@ func parseFlags() (options, error) {
 		}
 	}
 	return o, nil
+}
+
+// parseInts parses a comma-separated list of positive integers.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func logf(format string, args ...any) {
@@ -130,6 +166,17 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	p := workload.Full()
 	if o.quick {
 		p = workload.Quick()
@@ -139,6 +186,12 @@ func run() error {
 	}
 	if o.objects > 0 {
 		p.Objects = o.objects
+	}
+	if len(o.watchers) > 0 {
+		p.Watchers = o.watchers
+	}
+	if len(o.watchRates) > 0 {
+		p.WatchRates = o.watchRates
 	}
 	var ws []workload.Workload
 	known := map[string]bool{}
@@ -274,7 +327,7 @@ func runServer(ctx context.Context, name, bin string, ws []workload.Workload, p 
 		if inst == nil {
 			var err error
 			t0 := time.Now()
-			inst, err = servers.Start(ctx, name, bin, servers.StartOptions{WorkDir: o.workDir, Keep: o.keep})
+			inst, err = servers.Start(ctx, name, bin, servers.StartOptions{WorkDir: o.workDir, Keep: o.keep, Pprof: o.pprof, CPUs: o.serverCPUs})
 			if err != nil {
 				logf("[%s] start failed: %v", name, err)
 				na(w, "server failed to start: "+firstLine(err.Error()))

@@ -272,6 +272,8 @@ type Instance struct {
 	procs       []*process
 	clusterFile string
 	keep        bool
+	pprof       bool
+	cpus        string
 }
 
 // process is one server process of an Instance.
@@ -290,6 +292,13 @@ type StartOptions struct {
 	WorkDir      string // parent of the temp dir; "" means os.TempDir()
 	Keep         bool   // keep the data dir (and FoundationDB keyspace) after Stop
 	ReadyTimeout time.Duration
+	// Pprof serves Go's /debug/pprof on the client port of the servers
+	// that have it (etcd and fdb-etcd).
+	Pprof bool
+	// CPUs, when set, pins every server process to these CPUs (a taskset
+	// list such as "0" or "0-1"), so that the load generator can be kept
+	// off them.
+	CPUs string
 }
 
 // FreePort returns a currently unused loopback TCP port.
@@ -312,7 +321,7 @@ func Start(ctx context.Context, name, bin string, o StartOptions) (*Instance, er
 	if !slices.Contains(Known, name) {
 		return nil, fmt.Errorf("unknown server %q", name)
 	}
-	inst := &Instance{Name: name, keep: o.Keep}
+	inst := &Instance{Name: name, keep: o.Keep, pprof: o.Pprof, cpus: o.CPUs}
 	if NeedsFDB(name) {
 		cf, err := ClusterFile()
 		if err != nil {
@@ -416,11 +425,17 @@ func (i *Instance) spawn(r int, bin string) (*process, error) {
 			"--fdb-prefix", i.Prefix,
 		}
 	}
+	if i.pprof && i.Name != Kine {
+		args = append(args, "--enable-pprof")
+	}
 	p.logF, err = os.Create(p.logPath)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	if i.cpus != "" {
+		cmd = exec.Command("taskset", append([]string{"-c", i.cpus, bin}, args...)...)
+	}
 	cmd.Dir = i.Dir
 	if i.Name == Kine {
 		cmd.Dir = data

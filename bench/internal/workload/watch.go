@@ -135,10 +135,14 @@ func (w *WatchFanout) Run(ctx context.Context, env *Env) (Result, error) {
 	prefix := fmt.Sprintf("/bench/watch/%d-%d/", w.Watchers, w.Rate)
 	h := hist.New()
 	var delivered, bad atomic.Int64
-	ws, err := openWatchers(ctx, env, w.Watchers, func(int) string { return prefix }, func(resp clientv3.WatchResponse) {
+	ws, err := openRawWatchers(ctx, env, w.Watchers, prefix, func(values [][]byte, err error) {
+		if err != nil {
+			bad.Add(1)
+			return
+		}
 		now := time.Now().UnixNano()
-		for _, ev := range resp.Events {
-			ts, err := strconv.ParseInt(string(ev.Kv.Value), 10, 64)
+		for _, v := range values {
+			ts, err := strconv.ParseInt(string(v), 10, 64)
 			if err != nil {
 				bad.Add(1)
 				continue
