@@ -99,24 +99,33 @@ func ReadHead(tx storage.ReadTx) (Head, error) {
 var ErrStopped = errors.New("revision: sequencer stopped")
 
 // Sequencer batches write requests into storage transactions.
+//
+// There is no sequencer goroutine: the caller that finds no batch in
+// progress commits one itself (LevelDB's writer queue). Requests that arrive
+// meanwhile queue up, and when the batch is done its leader hands the lead to
+// the oldest of them, which commits everything queued so far in one batch.
+// A lone client thus commits on its own goroutine, without two goroutine
+// hand-offs per write that cost a single client about a tenth of its puts.
 type Sequencer struct {
 	db     storage.DB
 	app    Applier
 	cfg    Config
 	writer uint64
 
-	queue chan *pending
-	stop  chan struct{}
-	done  chan struct{}
-	once  sync.Once
-	seq   uint64
+	mu      sync.Mutex
+	waiting []*pending // queued, in arrival order
+	leading bool       // a caller is committing a batch
+	stopped bool
+	idle    *sync.Cond // signalled when the lead is given up
+	seq     uint64     // guarded by the lead, not by mu
 }
 
 type pending struct {
 	ctx  context.Context
 	req  any
 	size int
-	out  chan result
+	out  chan result   // the answer; buffered
+	lead chan struct{} // told to lead the next batch; buffered
 }
 
 type result struct {
@@ -124,7 +133,7 @@ type result struct {
 	err  error
 }
 
-// New starts a sequencer; Stop ends it. Each sequencer is a writer with a
+// New returns a sequencer; Stop ends it. Each sequencer is a writer with a
 // random identity, so batch markers of different processes never collide.
 func New(db storage.DB, app Applier, cfg Config) *Sequencer {
 	if cfg.MaxBatch <= 0 {
@@ -133,89 +142,91 @@ func New(db storage.DB, app Applier, cfg Config) *Sequencer {
 	if cfg.BatchBytes <= 0 {
 		cfg.BatchBytes = 2 << 20
 	}
-	s := &Sequencer{
-		db: db, app: app, cfg: cfg,
-		writer: rand.Uint64(),
-		queue:  make(chan *pending, cfg.MaxBatch),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
-	}
-	go s.run()
+	s := &Sequencer{db: db, app: app, cfg: cfg, writer: rand.Uint64()}
+	s.idle = sync.NewCond(&s.mu)
 	return s
 }
 
 // Do submits one write request and waits for its response. sizeHint is the
-// request's encoded size, used to keep batches small.
+// request's encoded size, used to keep batches small. A request whose ctx
+// ends before a batch takes it is answered with ctx's error and never
+// applied; once taken, it is decided whatever ctx does, which keeps "did it
+// apply?" answerable for the caller's retry logic.
 func (s *Sequencer) Do(ctx context.Context, req any, sizeHint int) (any, error) {
-	p := &pending{ctx: ctx, req: req, size: sizeHint, out: make(chan result, 1)}
-	select {
-	case s.queue <- p:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-s.stop:
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p := &pending{ctx: ctx, req: req, size: sizeHint, out: make(chan result, 1), lead: make(chan struct{}, 1)}
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
 		return nil, ErrStopped
 	}
-	// Once queued, the request will be decided; waiting for it even if ctx
-	// ends keeps "did it apply?" answerable for the caller's retry logic.
-	select {
-	case r := <-p.out:
-		return r.resp, r.err
-	case <-s.done:
+	s.waiting = append(s.waiting, p)
+	lead := !s.leading
+	s.leading = true
+	s.mu.Unlock()
+	for {
+		if lead {
+			s.lead()
+		}
 		select {
 		case r := <-p.out:
 			return r.resp, r.err
-		default:
-			return nil, ErrStopped
+		case <-p.lead:
+			lead = true
 		}
 	}
 }
 
-// Stop finishes the requests already queued and stops.
-func (s *Sequencer) Stop() {
-	s.once.Do(func() { close(s.stop) })
-	<-s.done
-}
-
-func (s *Sequencer) run() {
-	defer close(s.done)
-	for {
-		var first *pending
-		select {
-		case first = <-s.queue:
-		case <-s.stop:
-			s.drain()
-			return
-		}
-		batch := s.collect(first)
+// lead commits one batch from the front of the queue, then passes the lead
+// to the oldest request still waiting, or gives it up.
+func (s *Sequencer) lead() {
+	s.mu.Lock()
+	batch := s.take()
+	s.mu.Unlock()
+	if len(batch) > 0 {
 		s.commit(batch)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.waiting) > 0 {
+		s.waiting[0].lead <- struct{}{}
+		return
+	}
+	s.leading = false
+	s.idle.Broadcast()
 }
 
-// drain decides what was queued before Stop, so no caller waits forever.
-func (s *Sequencer) drain() {
-	for {
-		select {
-		case p := <-s.queue:
-			s.commit(s.collect(p))
-		default:
-			return
+// take removes the next batch from the queue; the caller holds mu. Requests
+// whose context has ended are answered here, unapplied.
+func (s *Sequencer) take() []*pending {
+	var batch []*pending
+	bytes, n := 0, 0
+	for n < len(s.waiting) && len(batch) < s.cfg.MaxBatch && (len(batch) == 0 || bytes < s.cfg.BatchBytes) {
+		p := s.waiting[n]
+		n++
+		if err := p.ctx.Err(); err != nil {
+			p.out <- result{err: err}
+			continue
 		}
+		batch = append(batch, p)
+		bytes += p.size
 	}
-}
-
-func (s *Sequencer) collect(first *pending) []*pending {
-	batch := []*pending{first}
-	bytes := first.size
-	for len(batch) < s.cfg.MaxBatch && bytes < s.cfg.BatchBytes {
-		select {
-		case p := <-s.queue:
-			batch = append(batch, p)
-			bytes += p.size
-		default:
-			return batch
-		}
-	}
+	clear(s.waiting[:n])
+	s.waiting = s.waiting[n:]
 	return batch
+}
+
+// Stop waits for the requests already queued to be decided; later ones get
+// ErrStopped.
+func (s *Sequencer) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	for s.leading {
+		s.idle.Wait()
+	}
 }
 
 // errShrink aborts an attempt whose batch outgrew BatchBytes at request n.
