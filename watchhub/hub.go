@@ -257,6 +257,17 @@ func (h *Hub) run() {
 			}
 			h.mu.Lock()
 			h.head = max(h.head, head)
+			if h.idx.size == 0 {
+				// No synced watcher to hand events to: skip reading them. A
+				// watcher that joins later starts after h.rev or catches up
+				// from the log itself, so moving h.rev loses nothing.
+				h.setRev(head)
+				for st := range h.waiting {
+					h.answer(st)
+				}
+				h.mu.Unlock()
+				continue
+			}
 			h.mu.Unlock()
 		}
 		b, err := h.src.ReadWatchEvents(h.ctx, h.rev+1, h.cfg.DispatchRevs, 0)
