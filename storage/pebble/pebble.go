@@ -58,6 +58,11 @@ var (
 	_ storage.Scanner = (*tx)(nil)
 )
 
+// memTableSize is Pebble's largest memtable; a WAL holds at most about one
+// memtable's worth of batches, so it is also the length WAL files get up
+// front.
+const memTableSize = 64 << 20
+
 // Open opens (creating if needed) the store in dir.
 func Open(dir string, o Options) (*DB, error) {
 	cacheBytes := o.CacheBytes
@@ -66,10 +71,14 @@ func Open(dir string, o Options) (*DB, error) {
 	}
 	cache := pebble.NewCache(cacheBytes)
 	defer cache.Unref()
+	fs := o.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
 	po := &pebble.Options{
 		Cache:                       cache,
-		FS:                          o.FS,
-		MemTableSize:                64 << 20,
+		FS:                          walPreallocFS{FS: fs, size: memTableSize, allocate: fallocateSize},
+		MemTableSize:                memTableSize,
 		MemTableStopWritesThreshold: 4,
 		CompactionConcurrencyRange:  func() (int, int) { return 1, 2 },
 		Logger:                      quietLogger{},
