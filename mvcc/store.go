@@ -402,13 +402,23 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 				if e != nil {
 					collect(e.key, e.meta, e.ver)
 				}
-				return err
+				if err != nil {
+					return err
+				}
+			} else if len(end) == 0 || bytes.Compare(cursor, end) < 0 {
+				if next, err = scanLive(tx, cursor, end, rev, s.cfg.PageKeys, collect); err != nil {
+					return err
+				}
 			}
-			if len(end) > 0 && bytes.Compare(cursor, end) >= 0 {
-				return nil
+			// A small range read whole in this transaction gets its values
+			// here too: a second transaction would cost as much as the
+			// lookup (a single-key GET is most of what kube-apiserver
+			// reads from storage). A few values that the sort and limit
+			// then drop are the price.
+			if first && next == nil && len(page) <= inlineValues && !r.KeysOnly && !r.CountOnly {
+				return resolveValues(tx, page)
 			}
-			next, err = scanLive(tx, cursor, end, rev, s.cfg.PageKeys, collect)
-			return err
+			return nil
 		})
 		if err != nil {
 			return nil, err
@@ -436,10 +446,21 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 	return resp, err
 }
 
+// inlineValues is the most entries whose values a range resolves in the
+// transaction that found them.
+const inlineValues = 16
+
 // resolvePaged reads values in bounded read transactions, failing if a
 // compaction past rev could have removed them meanwhile.
 func (s *Store) resolvePaged(ctx context.Context, es []*entry, rev int64) error {
 	const perTx = 2_000
+	var todo []*entry
+	for _, e := range es {
+		if !e.has {
+			todo = append(todo, e)
+		}
+	}
+	es = todo
 	for len(es) > 0 {
 		n := min(len(es), perTx)
 		err := s.db.View(ctx, func(tx storage.ReadTx) error {

@@ -92,7 +92,7 @@ func (m *Metrics) WrapStorage(db storage.DB) storage.DB {
 	if m == nil {
 		return db
 	}
-	w := &measuredDB{inner: db, m: m}
+	w := &measuredDB{inner: db, m: m, update: newKindSeries(m.storage, "update"), view: newKindSeries(m.storage, "view")}
 	if rr, ok := db.(RetryReporter); ok {
 		rr.SetRetryObserver(m.ObserveRetry)
 		w.backendReports = true
@@ -107,6 +107,7 @@ type measuredDB struct {
 	inner          storage.DB
 	m              *Metrics
 	backendReports bool
+	update, view   kindSeries
 }
 
 type measuredSizerDB struct {
@@ -122,12 +123,28 @@ type attempt struct {
 	lastErr error
 }
 
-func (d *measuredDB) before(kind string, a *attempt) {
+// kindSeries are one transaction kind's series, looked up once: a small
+// read is one View, and label hashing per View showed in its profile.
+type kindSeries struct {
+	ok, failed, attempts prometheus.Observer
+	retries              prometheus.Counter
+}
+
+func newKindSeries(s *storageMetrics, kind string) kindSeries {
+	return kindSeries{
+		ok:       s.duration.WithLabelValues(kind, "ok"),
+		failed:   s.duration.WithLabelValues(kind, "error"),
+		attempts: s.attempts.WithLabelValues(kind),
+		retries:  s.retries.WithLabelValues(kind),
+	}
+}
+
+func (d *measuredDB) before(k *kindSeries, a *attempt) {
 	a.n++
 	if a.n == 1 {
 		return
 	}
-	d.m.storage.retries.WithLabelValues(kind).Inc()
+	k.retries.Inc()
 	// The backend's loop is re-running fn. If fn itself returned the
 	// retryable error, it is known here; otherwise only the backend knows.
 	if !d.backendReports && a.lastErr != nil && storage.Retryable(a.lastErr) {
@@ -136,15 +153,15 @@ func (d *measuredDB) before(kind string, a *attempt) {
 	a.lastErr = nil
 }
 
-func (d *measuredDB) after(kind string, start time.Time, a *attempt, err error) {
-	s := d.m.storage
-	result := "ok"
+func (d *measuredDB) after(k *kindSeries, start time.Time, a *attempt, err error) {
+	took := time.Since(start).Seconds()
 	if err != nil {
-		result = "error"
+		k.failed.Observe(took)
+	} else {
+		k.ok.Observe(took)
 	}
-	s.duration.WithLabelValues(kind, result).Observe(time.Since(start).Seconds())
 	if a.n > 0 {
-		s.attempts.WithLabelValues(kind).Observe(float64(a.n))
+		k.attempts.Observe(float64(a.n))
 	}
 }
 
@@ -152,12 +169,12 @@ func (d *measuredDB) Update(ctx context.Context, fn func(storage.Tx) error) erro
 	start := time.Now()
 	var a attempt
 	err := d.inner.Update(ctx, func(tx storage.Tx) error {
-		d.before("update", &a)
+		d.before(&d.update, &a)
 		err := fn(tx)
 		a.lastErr = err
 		return err
 	})
-	d.after("update", start, &a, err)
+	d.after(&d.update, start, &a, err)
 	return err
 }
 
@@ -165,12 +182,12 @@ func (d *measuredDB) View(ctx context.Context, fn func(storage.ReadTx) error) er
 	start := time.Now()
 	var a attempt
 	err := d.inner.View(ctx, func(tx storage.ReadTx) error {
-		d.before("view", &a)
+		d.before(&d.view, &a)
 		err := fn(tx)
 		a.lastErr = err
 		return err
 	})
-	d.after("view", start, &a, err)
+	d.after(&d.view, start, &a, err)
 	return err
 }
 
