@@ -143,33 +143,21 @@ func (s *Server) Watch(gs pb.Watch_WatchServer) error {
 	}
 	ctx := gs.Context()
 	ss := &stream{srv: s, gs: gs, st: s.hub.NewStream()}
-	sendDone := make(chan error, 1)
-	go func() { sendDone <- ss.sendLoop() }()
+	// The receive loop gets a goroutine; the send loop runs on the
+	// handler's own, which saves a goroutine (and its stack) per stream
+	// against etcd's three. The receive loop ends when the handler returns,
+	// since gRPC then cancels the stream.
 	recvErr := make(chan error, 1)
 	go func() {
 		if err := ss.recvLoop(ctx); err != nil {
 			recvErr <- err
 		}
 	}()
-
-	var err error
-	sent := false
-	select {
-	case err = <-recvErr:
-	case <-ctx.Done():
-		err = ctx.Err()
-	case err = <-sendDone:
-		sent = true
-	case <-s.stopc:
-		err = rpctypes.ErrGRPCStopped
-	}
+	err := ss.sendLoop(ctx, recvErr)
 	if errors.Is(err, context.Canceled) {
 		err = rpctypes.ErrGRPCWatchCanceled
 	}
 	ss.st.Close()
-	if !sent {
-		<-sendDone
-	}
 	return err
 }
 
@@ -262,9 +250,9 @@ func (ss *stream) create(ctx context.Context, c *pb.WatchCreateRequest) error {
 const popBatch = 4096
 
 // sendLoop sends the stream's responses in queue order and drives the
-// periodic progress notifications. It returns when the stream is closed or
-// a send fails.
-func (ss *stream) sendLoop() error {
+// periodic progress notifications. It returns when a send fails, the
+// receive loop fails, the stream's context ends or the server stops.
+func (ss *stream) sendLoop(ctx context.Context, recvErr <-chan error) error {
 	cfg := ss.srv.cfg
 	ticker := cfg.Clock.NewTicker(progress.Interval(cfg.ProgressNotifyInterval, cfg.Jitter))
 	defer ticker.Stop()
@@ -283,7 +271,13 @@ func (ss *stream) sendLoop() error {
 			case <-ticker.C():
 				tick()
 			case <-ss.st.Done():
-				return nil
+				return ss.ended(ctx, recvErr)
+			case err := <-recvErr:
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-ss.srv.stopc:
+				return rpctypes.ErrGRPCStopped
 			}
 			continue
 		}
@@ -311,11 +305,34 @@ func (ss *stream) sendLoop() error {
 			}
 			buf[i] = watchhub.Response{}
 		}
+		// A stream that always has something to send still notices the
+		// end of the stream, of the server or of the receive loop.
 		select {
 		case <-ticker.C():
 			tick()
+		case err := <-recvErr:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ss.srv.stopc:
+			return rpctypes.ErrGRPCStopped
 		default:
 		}
+	}
+}
+
+// ended says why a stream the hub closed ended: the server stopping (etcd's
+// "server stopped", so clients resume elsewhere) or the stream's own end.
+func (ss *stream) ended(ctx context.Context, recvErr <-chan error) error {
+	select {
+	case <-ss.srv.stopc:
+		return rpctypes.ErrGRPCStopped
+	case err := <-recvErr:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	default:
+		return nil
 	}
 }
 
