@@ -58,9 +58,8 @@ var (
 	_ storage.Scanner = (*tx)(nil)
 )
 
-// memTableSize is Pebble's largest memtable; a WAL holds at most about one
-// memtable's worth of batches, so it is also the length WAL files get up
-// front.
+// memTableSize is Pebble's largest memtable; a WAL holds about one
+// memtable's worth of batches, so WAL files are allocated up to it.
 const memTableSize = 64 << 20
 
 // Open opens (creating if needed) the store in dir.
@@ -77,7 +76,7 @@ func Open(dir string, o Options) (*DB, error) {
 	}
 	po := &pebble.Options{
 		Cache:                       cache,
-		FS:                          walPreallocFS{FS: fs, size: memTableSize, allocate: fallocateSize},
+		FS:                          walPreallocFS{FS: fs, allocate: fallocateSize},
 		MemTableSize:                memTableSize,
 		MemTableStopWritesThreshold: 4,
 		CompactionConcurrencyRange:  func() (int, int) { return 1, 2 },

@@ -40,7 +40,9 @@ func TestPreallocatedWALSurvivesCrash(t *testing.T) {
 			walLen = max(walLen, n)
 		}
 	}
-	if walLen < 32<<20 {
+	// 300 small writes fill well under the first 1 MiB the WAL is given,
+	// so a WAL this long ends in zeros.
+	if walLen < 1<<20 {
 		t.Skipf("WAL files are not preallocated here (largest %d bytes): fallocate unsupported on this filesystem", walLen)
 	}
 
