@@ -62,6 +62,7 @@ type options struct {
 	watchers     []int
 	pprof        bool
 	cpuProfile   string
+	settle       time.Duration
 	serverCPUs   string
 	watchRates   []int
 }
@@ -89,6 +90,7 @@ func parseFlags() (options, error) {
 	flag.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof on etcd's and fdb-etcd's client port (profile a run by hand)")
 	flag.StringVar(&o.serverCPUs, "server-cpus", "", "pin the servers to these CPUs with taskset (e.g. 0); run the harness itself under taskset on the others")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write the harness's own CPU profile (the load generator) to this file")
+	flag.DurationVar(&o.settle, "settle", 5*time.Second, "before each server start, flush dirty pages (sync) and wait this long, so one server's leftovers do not slow the next one's fsync-bound rows")
 	var watchers, rates string
 	flag.StringVar(&watchers, "watchers", "", "override the watcher counts of the watch fan-out rows (comma-separated)")
 	flag.StringVar(&rates, "watch-rates", "", "override the write rates of the watch fan-out rows (comma-separated, writes/s)")
@@ -139,6 +141,14 @@ func parseFlags() (options, error) {
 		}
 	}
 	return o, nil
+}
+
+// settleHost lets the previous server's I/O drain: its data dir was just
+// deleted and the kernel may still be writing its dirty pages, which showed
+// as a slower 1-client put row for whichever server came next.
+func settleHost(d time.Duration) {
+	syscall.Sync()
+	time.Sleep(d)
 }
 
 // parseInts parses a comma-separated list of positive integers.
@@ -325,6 +335,7 @@ func runServer(ctx context.Context, name, bin string, ws []workload.Workload, p 
 			stopInst()
 		}
 		if inst == nil {
+			settleHost(o.settle)
 			var err error
 			t0 := time.Now()
 			inst, err = servers.Start(ctx, name, bin, servers.StartOptions{WorkDir: o.workDir, Keep: o.keep, Pprof: o.pprof, CPUs: o.serverCPUs})
