@@ -12,10 +12,10 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
 )
 
-// loadStore writes n keys with 2 KB values under /registry/pods/.
-func loadStore(b *testing.B, n int) *mvcc.Store {
+// openBenchStore opens a store on Pebble in a temp dir, closed when b ends.
+func openBenchStore(b *testing.B, o pebble.Options) *mvcc.Store {
 	b.Helper()
-	db, err := pebble.Open(b.TempDir(), pebble.Options{NoSync: true})
+	db, err := pebble.Open(b.TempDir(), o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -25,6 +25,13 @@ func loadStore(b *testing.B, n int) *mvcc.Store {
 		b.Fatal(err)
 	}
 	b.Cleanup(s.Close)
+	return s
+}
+
+// loadStore writes n keys with 2 KB values under /registry/pods/.
+func loadStore(b *testing.B, n int) *mvcc.Store {
+	b.Helper()
+	s := openBenchStore(b, pebble.Options{NoSync: true})
 	val := make([]byte, 2048)
 	var wg sync.WaitGroup
 	for w := 0; w < 16; w++ {
@@ -109,4 +116,17 @@ func BenchmarkList50k(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkPutSerialDurable is one client's Put on a synced store: the write
+// path under the gRPC layer, whose floor is one WAL fdatasync.
+func BenchmarkPutSerialDurable(b *testing.B) {
+	s := openBenchStore(b, pebble.Options{})
+	val := make([]byte, 256)
+	ctx := context.Background()
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprintf("/k/%09d", i)), Value: val}); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -271,7 +271,7 @@ func (ss *stream) sendLoop(ctx context.Context, recvErr <-chan error) error {
 			case <-ticker.C():
 				tick()
 			case <-ss.st.Done():
-				return ss.ended(ctx, recvErr)
+				return ss.interrupted(ctx, recvErr)
 			case err := <-recvErr:
 				return err
 			case <-ctx.Done():
@@ -305,25 +305,23 @@ func (ss *stream) sendLoop(ctx context.Context, recvErr <-chan error) error {
 			}
 			buf[i] = watchhub.Response{}
 		}
-		// A stream that always has something to send still notices the
-		// end of the stream, of the server or of the receive loop.
 		select {
 		case <-ticker.C():
 			tick()
-		case err := <-recvErr:
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-ss.srv.stopc:
-			return rpctypes.ErrGRPCStopped
 		default:
+		}
+		// A stream that always has something to send still notices the
+		// end of the stream, of the server or of the receive loop.
+		if err := ss.interrupted(ctx, recvErr); err != nil {
+			return err
 		}
 	}
 }
 
-// ended says why a stream the hub closed ended: the server stopping (etcd's
-// "server stopped", so clients resume elsewhere) or the stream's own end.
-func (ss *stream) ended(ctx context.Context, recvErr <-chan error) error {
+// interrupted says, without waiting, whether the stream must end and with
+// what: the server stopping (etcd's "server stopped", so clients resume
+// elsewhere), the receive loop's error or the stream's context.
+func (ss *stream) interrupted(ctx context.Context, recvErr <-chan error) error {
 	select {
 	case <-ss.srv.stopc:
 		return rpctypes.ErrGRPCStopped

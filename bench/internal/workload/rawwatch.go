@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -138,19 +137,11 @@ func field(b []byte, num protowire.Number) ([]byte, error) {
 	return out, nil
 }
 
-// rawWatchSet is n prefix watchers on raw streams, perStream to a stream.
-type rawWatchSet struct {
-	cancel  context.CancelFunc
-	clients []*clientv3.Client
-	wg      sync.WaitGroup
-	setup   time.Duration
-}
-
 // openRawWatchers starts n watchers of prefix, WatchersPerStream to a raw
 // stream, and returns once the server has confirmed every one. onEvents gets
 // each response's event values (or the error that made it unreadable) from
 // the stream's receive goroutine; the slices are valid only during the call.
-func openRawWatchers(ctx context.Context, env *Env, n int, prefix string, onEvents func(values [][]byte, err error)) (*rawWatchSet, error) {
+func openRawWatchers(ctx context.Context, env *Env, n int, prefix string, onEvents func(values [][]byte, err error)) (*watchSet, error) {
 	perStream := max(env.P.WatchersPerStream, 1)
 	streams := (n + perStream - 1) / perStream
 	if r := len(env.Endpoints); streams < r {
@@ -161,7 +152,7 @@ func openRawWatchers(ctx context.Context, env *Env, n int, prefix string, onEven
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	ws := &rawWatchSet{cancel: cancel, clients: clients}
+	ws := &watchSet{cancel: cancel, clients: clients}
 	create := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
 		Key: []byte(prefix), RangeEnd: []byte(clientv3.GetPrefixRangeEnd(prefix)),
 	}}}
@@ -184,10 +175,7 @@ func openRawWatchers(ctx context.Context, env *Env, n int, prefix string, onEven
 			receive(st, create, k, func(err error) { errs <- err }, onEvents)
 		}()
 	}
-	limit := 2 * time.Minute
-	if env.P.Quick {
-		limit = 30 * time.Second
-	}
+	limit := setupLimit(env)
 	timeout := time.After(limit)
 	for range streams {
 		select {
@@ -244,17 +232,5 @@ func receive(st grpc.ClientStream, create *pb.WatchRequest, k int, ready func(er
 		if err := parseWatchResponse(raw.b, &resp); err != nil || len(resp.values) > 0 {
 			onEvents(resp.values, err)
 		}
-	}
-}
-
-// Close cancels every stream and closes the clients.
-func (ws *rawWatchSet) Close() {
-	ws.cancel()
-	CloseAll(ws.clients)
-	done := make(chan struct{})
-	go func() { ws.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
 	}
 }

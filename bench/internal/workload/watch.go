@@ -84,10 +84,7 @@ func openWatchers(ctx context.Context, env *Env, n int, keyOf func(i int) string
 	}
 	done := make(chan struct{})
 	go func() { created.Wait(); close(done) }()
-	limit := 2 * time.Minute
-	if env.P.Quick {
-		limit = 30 * time.Second
-	}
+	limit := setupLimit(env)
 	select {
 	case <-done:
 	case <-time.After(limit):
@@ -103,6 +100,14 @@ func openWatchers(ctx context.Context, env *Env, n int, keyOf func(i int) string
 		return nil, fmt.Errorf("%d of %d watches failed: %w", f, n, firstErr.Get())
 	}
 	return ws, nil
+}
+
+// setupLimit bounds how long creating a workload's watchers may take.
+func setupLimit(env *Env) time.Duration {
+	if env.P.Quick {
+		return 30 * time.Second
+	}
+	return 2 * time.Minute
 }
 
 // Close cancels every watcher and closes the clients.
