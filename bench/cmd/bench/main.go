@@ -392,7 +392,7 @@ func firstLine(s string) string {
 func header(l servers.Layout, o options, mode string) []string {
 	h := []string{
 		fmt.Sprintf("date: %s, mode: %s", time.Now().UTC().Format("2006-01-02 15:04 UTC"), mode),
-		fmt.Sprintf("host: %d CPUs, %s, %s/%s; load generator: etcd clientv3 in the same host, servers run one at a time on loopback", runtime.NumCPU(), memTotal(), runtime.GOOS, runtime.GOARCH),
+		fmt.Sprintf("host: %d CPUs, %s, %s/%s; load generator in the same host (etcd clientv3; raw gRPC watch streams for the fan-out rows), servers run one at a time on loopback", runtime.NumCPU(), memTotal(), runtime.GOOS, runtime.GOARCH),
 	}
 	var vs []string
 	fdb := false
