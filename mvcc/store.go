@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -454,13 +455,9 @@ const inlineValues = 16
 // compaction past rev could have removed them meanwhile.
 func (s *Store) resolvePaged(ctx context.Context, es []*entry, rev int64) error {
 	const perTx = 2_000
-	var todo []*entry
-	for _, e := range es {
-		if !e.has {
-			todo = append(todo, e)
-		}
+	if !slices.ContainsFunc(es, func(e *entry) bool { return !e.has }) {
+		return nil // resolved in the transaction that found them
 	}
-	es = todo
 	for len(es) > 0 {
 		n := min(len(es), perTx)
 		err := s.db.View(ctx, func(tx storage.ReadTx) error {

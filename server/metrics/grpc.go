@@ -124,10 +124,7 @@ func (m *Metrics) InitializeGRPC(srv *grpc.Server) {
 	for service, info := range srv.GetServiceInfo() {
 		for _, mi := range info.Methods {
 			t := streamType(mi.IsClientStream, mi.IsServerStream)
-			m.grpc.started.WithLabelValues(t, service, mi.Name)
-			m.grpc.msgReceived.WithLabelValues(t, service, mi.Name)
-			m.grpc.msgSent.WithLabelValues(t, service, mi.Name)
-			m.grpc.handling.WithLabelValues(t, service, mi.Name)
+			m.grpc.series("/"+service+"/"+mi.Name, t)
 			for _, c := range grpcCodes {
 				m.grpc.handled.WithLabelValues(t, service, mi.Name, c.String())
 			}

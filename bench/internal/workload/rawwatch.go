@@ -142,11 +142,7 @@ func field(b []byte, num protowire.Number) ([]byte, error) {
 // each response's event values (or the error that made it unreadable) from
 // the stream's receive goroutine; the slices are valid only during the call.
 func openRawWatchers(ctx context.Context, env *Env, n int, prefix string, onEvents func(values [][]byte, err error)) (*watchSet, error) {
-	perStream := max(env.P.WatchersPerStream, 1)
-	streams := (n + perStream - 1) / perStream
-	if r := len(env.Endpoints); streams < r {
-		streams = min(r, n) // at least one stream per replica
-	}
+	streams := streamsFor(env, n)
 	clients, err := env.Clients(env.Conns(streams))
 	if err != nil {
 		return nil, err
@@ -175,22 +171,8 @@ func openRawWatchers(ctx context.Context, env *Env, n int, prefix string, onEven
 			receive(st, create, k, func(err error) { errs <- err }, onEvents)
 		}()
 	}
-	limit := setupLimit(env)
-	timeout := time.After(limit)
-	for range streams {
-		select {
-		case err := <-errs:
-			if err != nil {
-				ws.Close()
-				return nil, err
-			}
-		case <-timeout:
-			ws.Close()
-			return nil, fmt.Errorf("only some of %d watchers created within %s", n, limit)
-		case <-ctx.Done():
-			ws.Close()
-			return nil, ctx.Err()
-		}
+	if err := ws.awaitCreated(ctx, env, n, streams, errs); err != nil {
+		return nil, err
 	}
 	ws.setup = time.Since(start)
 	return ws, nil

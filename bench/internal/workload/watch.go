@@ -31,13 +31,8 @@ type watchSet struct {
 // every response carrying events. It returns once every watcher has been
 // confirmed created by the server.
 func openWatchers(ctx context.Context, env *Env, n int, keyOf func(i int) string, onResp func(clientv3.WatchResponse)) (*watchSet, error) {
-	perStream := max(env.P.WatchersPerStream, 1)
-	streams := (n + perStream - 1) / perStream
-	if r := len(env.Endpoints); streams < r {
-		// At least one stream per replica, so every replica delivers.
-		streams = min(r, n)
-		perStream = (n + streams - 1) / streams
-	}
+	streams := streamsFor(env, n)
+	perStream := (n + streams - 1) / streams
 	clients, err := env.Clients(env.Conns(streams))
 	if err != nil {
 		return nil, err
@@ -51,11 +46,8 @@ func openWatchers(ctx context.Context, env *Env, n int, keyOf func(i int) string
 	for s := range sctx {
 		sctx[s] = metadata.AppendToOutgoingContext(wctx, "bench-watch-stream", strconv.Itoa(s))
 	}
-	var created sync.WaitGroup
-	var failed atomic.Int64
-	var firstErr firstError
+	errs := make(chan error, n)
 	start := time.Now()
-	created.Add(n)
 	for i := 0; i < n; i++ {
 		s := i / perStream
 		c := clients[s%len(clients)]
@@ -69,12 +61,10 @@ func openWatchers(ctx context.Context, env *Env, n int, keyOf func(i int) string
 				if err == nil {
 					err = errors.New("watch channel closed before creation")
 				}
-				failed.Add(1)
-				firstErr.Set(err)
-				created.Done()
+				errs <- err
 				return
 			}
-			created.Done()
+			errs <- nil
 			for resp := range ch {
 				if len(resp.Events) > 0 {
 					onResp(resp)
@@ -82,32 +72,49 @@ func openWatchers(ctx context.Context, env *Env, n int, keyOf func(i int) string
 			}
 		}()
 	}
-	done := make(chan struct{})
-	go func() { created.Wait(); close(done) }()
-	limit := setupLimit(env)
-	select {
-	case <-done:
-	case <-time.After(limit):
-		ws.Close()
-		return nil, fmt.Errorf("only some of %d watchers created within %s", n, limit)
-	case <-ctx.Done():
-		ws.Close()
-		return nil, ctx.Err()
+	if err := ws.awaitCreated(ctx, env, n, n, errs); err != nil {
+		return nil, err
 	}
 	ws.setup = time.Since(start)
-	if f := failed.Load(); f > 0 {
-		ws.Close()
-		return nil, fmt.Errorf("%d of %d watches failed: %w", f, n, firstErr.Get())
-	}
 	return ws, nil
 }
 
-// setupLimit bounds how long creating a workload's watchers may take.
-func setupLimit(env *Env) time.Duration {
-	if env.P.Quick {
-		return 30 * time.Second
+// streamsFor is how many watch streams n watchers are spread over:
+// WatchersPerStream to a stream, and at least one stream per replica, so
+// every replica delivers.
+func streamsFor(env *Env, n int) int {
+	perStream := max(env.P.WatchersPerStream, 1)
+	streams := (n + perStream - 1) / perStream
+	if r := len(env.Endpoints); streams < r {
+		streams = min(r, n)
 	}
-	return 2 * time.Minute
+	return streams
+}
+
+// awaitCreated waits for reports on errs (nil: created; reports of them
+// in all) for n watchers, within the setup limit. On failure it closes ws.
+func (ws *watchSet) awaitCreated(ctx context.Context, env *Env, n, reports int, errs <-chan error) error {
+	limit := 2 * time.Minute
+	if env.P.Quick {
+		limit = 30 * time.Second
+	}
+	timeout := time.After(limit)
+	for range reports {
+		select {
+		case err := <-errs:
+			if err != nil {
+				ws.Close()
+				return err
+			}
+		case <-timeout:
+			ws.Close()
+			return fmt.Errorf("only some of %d watchers created within %s", n, limit)
+		case <-ctx.Done():
+			ws.Close()
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // Close cancels every watcher and closes the clients.
