@@ -34,21 +34,58 @@ test: lint
 	$(MAKE) --no-print-directory test-deploy
 	@if [ -n "$(FDB_MISSING)" ]; then echo "skipping FoundationDB tests: $(FDB_MISSING) (make test-fdb runs them)"; else $(MAKE) --no-print-directory test-fdb; fi
 
-# FoundationDB tests (build tag fdb) need cgo, the FoundationDB 7.3 client
-# library and headers where the official packages put them, and fdbserver and
-# fdbcli on PATH; they start a throwaway fdbserver on a loopback port (or use
-# the cluster named by FDB_CLUSTER_FILE). FDB_MISSING says why they can't run.
-FDB_LIB    ?= /usr/lib/libfdb_c.so
-FDB_HEADER ?= /usr/include/foundationdb/fdb_c.h
+# FoundationDB (build tag fdb) needs cgo, the 7.3 client library and headers,
+# and fdbserver and fdbcli for the throwaway clusters the tests start (or a
+# cluster named by FDB_CLUSTER_FILE). It is found, in this order:
+#   1. FDB_HOME, a directory with lib/libfdb_c.so, include/foundationdb/ and
+#      bin/fdbserver, bin/fdbcli;
+#   2. the official packages' locations (/usr/lib/libfdb_c.so,
+#      /usr/include/foundationdb/, fdbserver and fdbcli on PATH or in /usr/sbin);
+#   3. ../shared/fdb beside the checkout, in FDB_HOME's layout.
+# With a directory (1 or 3), cgo gets its include and library paths and an
+# rpath, and its bin/ goes first on PATH, so nothing is installed system-wide.
+# FDB_MISSING says why FoundationDB cannot be used, empty when it can.
+FDB_SYSTEM_LIB    := /usr/lib/libfdb_c.so
+FDB_SYSTEM_HEADER := /usr/include/foundationdb/fdb_c.h
+FDB_SIBLING       := $(abspath $(CURDIR)/../shared/fdb)
+ifeq ($(FDB_HOME),)
+  ifeq ($(wildcard $(FDB_SYSTEM_LIB))$(wildcard $(FDB_SYSTEM_HEADER)),$(FDB_SYSTEM_LIB)$(FDB_SYSTEM_HEADER))
+    FDB_FOUND := system
+    export PATH := $(PATH):/usr/sbin
+  else ifneq ($(wildcard $(FDB_SIBLING)/lib/libfdb_c.so),)
+    FDB_HOME := $(FDB_SIBLING)
+  endif
+endif
+ifneq ($(FDB_HOME),)
+  FDB_FOUND := $(FDB_HOME)
+  export FDB_HOME
+  export CGO_CFLAGS  := $(strip $(CGO_CFLAGS) -I$(FDB_HOME)/include)
+  export CGO_LDFLAGS := $(strip $(CGO_LDFLAGS) -L$(FDB_HOME)/lib -Wl,-rpath,$(FDB_HOME)/lib)
+  export PATH := $(FDB_HOME)/bin:$(PATH)
+  FDB_LIB    := $(FDB_HOME)/lib/libfdb_c.so
+  FDB_HEADER := $(FDB_HOME)/include/foundationdb/fdb_c.h
+else
+  FDB_LIB    := $(FDB_SYSTEM_LIB)
+  FDB_HEADER := $(FDB_SYSTEM_HEADER)
+endif
 # FDB_PKGS are the packages whose tests run on FoundationDB under test-fdb:
 # the backend's own tests, and the suites above the storage interface, which
 # open their store through internal/testdb.
 FDB_PKGS   := ./storage/fdb/... ./mvcc/... ./watchhub/... ./lease/... ./server/... ./cmd/...
-FDB_MISSING = $(shell \
-	if [ ! -e "$(FDB_LIB)" ]; then echo "$(FDB_LIB) not found"; \
+FDB_MISSING = $(shell PATH='$(PATH)'; \
+	if [ -z "$(FDB_FOUND)" ]; then echo "no FDB_HOME, no $(FDB_SYSTEM_LIB) with headers, no $(FDB_SIBLING)"; \
+	elif [ ! -e "$(FDB_LIB)" ]; then echo "$(FDB_LIB) not found"; \
 	elif [ ! -e "$(FDB_HEADER)" ]; then echo "$(FDB_HEADER) not found"; \
-	elif [ -z "$$FDB_CLUSTER_FILE" ] && ! command -v fdbserver >/dev/null 2>&1; then echo "fdbserver not found on PATH"; \
-	elif [ -z "$$FDB_CLUSTER_FILE" ] && ! command -v fdbcli >/dev/null 2>&1; then echo "fdbcli not found on PATH"; fi)
+	elif [ -z "$$FDB_CLUSTER_FILE" ] && ! command -v fdbserver >/dev/null 2>&1; then echo "fdbserver not found"; \
+	elif [ -z "$$FDB_CLUSTER_FILE" ] && ! command -v fdbcli >/dev/null 2>&1; then echo "fdbcli not found"; fi)
+
+.PHONY: fdb-env
+# fdb-env prints where FoundationDB was found (eval "$$(make -s fdb-env)" sets
+# up a shell for go test -tags fdb by hand).
+fdb-env:
+	@if [ -n "$(FDB_MISSING)" ]; then echo "# FoundationDB not usable: $(FDB_MISSING)" >&2; exit 1; fi
+	@echo "export PATH='$(PATH)'"
+	@if [ -n "$(FDB_HOME)" ]; then echo "export FDB_HOME='$(FDB_HOME)' CGO_CFLAGS='$(CGO_CFLAGS)' CGO_LDFLAGS='$(CGO_LDFLAGS)'"; fi
 
 # test-fdb runs only the FoundationDB tests and fails if FoundationDB is missing.
 test-fdb:
