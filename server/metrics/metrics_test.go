@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -66,6 +67,10 @@ func TestNilMetricsHooksAreNoOps(t *testing.T) {
 	m.SetWatchSource(nil)
 	m.SetStore(nil, nil)
 	m.ObserveRetry(storage.ErrNotCommitted)
+	m.ObserveFDBRetry(1020, storage.ErrNotCommitted)
+	m.ObserveFDBCommit(time.Millisecond, nil)
+	m.ObserveFDBReadVersion(time.Millisecond)
+	m.ObserveFDBRecovery()
 	m.InitializeGRPC(grpc.NewServer())
 	db := faulty.Wrap(nil, faulty.Options{})
 	if got := m.WrapStorage(db); got != storage.DB(db) {
@@ -264,4 +269,57 @@ type failingStore struct{}
 func (failingStore) Rev(ctx context.Context) (int64, int64, error) {
 	<-ctx.Done()
 	return 0, 0, ctx.Err()
+}
+
+// TestFDBClientMetrics: what storage/fdb observes of FoundationDB's client
+// (it calls these methods as its Observer) lands in the fdb_etcd_fdb_*
+// series, and retries it reports are classified once, not again by the
+// storage wrapper.
+func TestFDBClientMetrics(t *testing.T) {
+	inner, err := pebble.Open(t.TempDir(), pebble.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	m := metrics.New(metrics.Options{})
+	db := m.WrapStorage(inner)
+	conflict := fmt.Errorf("%w: fdb error 1020", storage.ErrNotCommitted)
+	n := 0
+	// As storage/fdb does: the retry is reported before fn runs again.
+	if err := db.Update(context.Background(), func(tx storage.Tx) error {
+		if n++; n == 1 {
+			m.ObserveFDBRetry(1020, conflict)
+			return conflict
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveFDBRetry(1021, fmt.Errorf("%w: fdb error 1021", storage.ErrCommitUnknownResult))
+	m.ObserveFDBRetry(1037, errors.New("fdb error 1037"))
+	m.ObserveFDBCommit(3*time.Millisecond, nil)
+	m.ObserveFDBCommit(time.Second, errors.New("fdb error 1021"))
+	m.ObserveFDBReadVersion(time.Millisecond)
+	m.ObserveFDBRecovery()
+	m.ObserveFDBRecovery()
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"fdb_etcd_fdb_transaction_retries_total", []string{"code", "1020"}, 1},
+		{"fdb_etcd_fdb_transaction_retries_total", []string{"code", "1021"}, 1},
+		{"fdb_etcd_fdb_transaction_retries_total", []string{"code", "1037"}, 1},
+		{"fdb_etcd_storage_conflicts_total", nil, 1}, // not 2: the wrapper left it to the backend
+		{"fdb_etcd_storage_commit_unknown_results_total", nil, 1},
+		{"fdb_etcd_storage_retry_reasons_total", []string{"reason", "other"}, 1},
+		{"fdb_etcd_fdb_commit_duration_seconds", []string{"result", "ok"}, 1},
+		{"fdb_etcd_fdb_commit_duration_seconds", []string{"result", "error"}, 1},
+		{"fdb_etcd_fdb_read_version_duration_seconds", nil, 1},
+		{"fdb_etcd_fdb_recoveries_seen_total", nil, 2},
+	} {
+		if got := value(t, m, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
 }
