@@ -4,11 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/fdb-etcd/fdb-etcd/server/metrics"
 	"github.com/fdb-etcd/fdb-etcd/storage"
@@ -320,6 +326,61 @@ func TestFDBClientMetrics(t *testing.T) {
 	} {
 		if got := value(t, m, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
+
+// TestHandledCodeIsWhatClientsGet serves a method through the metrics
+// interceptor on a real gRPC server: the code counted for each error is the
+// one the client receives. Handlers pass context errors through (as
+// etcd's do) and gRPC sends them as Canceled or DeadlineExceeded; counting
+// them as Unknown made every client timeout during a FoundationDB recovery
+// look like a server failure.
+func TestHandledCodeIsWhatClientsGet(t *testing.T) {
+	m := metrics.New(metrics.Options{})
+	type failure struct{ err error }
+	var next atomic.Pointer[failure]
+	desc := grpc.ServiceDesc{ServiceName: "test.Svc", HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{{
+		MethodName: "Fail",
+		Handler: func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			in := new(emptypb.Empty)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			return ic(ctx, in, &grpc.UnaryServerInfo{FullMethod: "/test.Svc/Fail"}, func(context.Context, any) (any, error) {
+				return nil, next.Load().err
+			})
+		},
+	}}}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(m.UnaryServerInterceptor()))
+	srv.RegisterService(&desc, struct{}{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, c := range []struct {
+		err  error
+		want codes.Code
+	}{
+		{context.Canceled, codes.Canceled},
+		{fmt.Errorf("storage: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
+		{status.Error(codes.Unavailable, "etcdserver: request timed out"), codes.Unavailable},
+		{errors.New("something else"), codes.Unknown},
+	} {
+		next.Store(&failure{c.err})
+		err := conn.Invoke(context.Background(), "/test.Svc/Fail", new(emptypb.Empty), new(emptypb.Empty))
+		if got := status.Code(err); got != c.want {
+			t.Fatalf("client got %v for %v, want %v", got, c.err, c.want)
+		}
+		if got := value(t, m, "grpc_server_handled_total", "grpc_method", "Fail", "grpc_code", c.want.String()); got != 1 {
+			t.Errorf("handled_total{grpc_code=%v} = %v after the client got %v", c.want, got, c.want)
 		}
 	}
 }
