@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
 // rebootExitWait is how long a process asked to reboot by fdbcli kill has to
 // exit before the request is sent again.
-const rebootExitWait = 10 * time.Second
+const rebootExitWait = 15 * time.Second
 
 func (c *Cluster) proc(i int) (*process, error) {
 	if i < 0 || i >= len(c.procs) {
@@ -92,50 +93,81 @@ func (c *Cluster) ForceRecovery(ctx context.Context) error {
 	return c.Reboot(ctx, all...)
 }
 
-// Reboot asks the given processes to reboot through fdbcli kill, waits for
-// them to exit and starts them again. It returns once they run; the
-// cluster may still be recovering.
+// Reboot asks the given processes to reboot through fdbcli kill and, as
+// fdbmonitor does in production, starts each again as soon as it has
+// exited. It returns once they run; the cluster may still be recovering.
 func (c *Cluster) Reboot(ctx context.Context, idx ...int) error {
-	targets := make([]*process, 0, len(idx))
+	pending := make([]*process, 0, len(idx))
 	for _, i := range idx {
 		p, err := c.proc(i)
 		if err != nil {
 			return err
 		}
-		targets = append(targets, p)
+		pending = append(pending, p)
 	}
-	for attempt := 0; ; attempt++ {
-		var addrs []string
-		for _, p := range targets {
-			if p.running() {
-				addrs = append(addrs, p.addr)
-			}
-		}
-		if len(addrs) == 0 {
-			break
-		}
-		for _, p := range targets {
-			p.expectExit()
-		}
+	for attempt := 0; len(pending) > 0; attempt++ {
 		if attempt == 3 {
-			return fmt.Errorf("fdbserver: %v did not exit after fdbcli kill", addrs)
+			return fmt.Errorf("fdbserver: %d processes did not exit after fdbcli kill", len(pending))
+		}
+		addrs := make([]string, len(pending))
+		for i, p := range pending {
+			p.expectExit()
+			addrs[i] = p.addr
 		}
 		// The first kill lists the workers (needs the cluster controller);
 		// the reboot request is sent without waiting, so fdbcli must stay
-		// up a moment for it to leave.
-		out, err := c.cli(ctx, "kill; kill "+strings.Join(addrs, " ")+"; sleep 1", 20)
-		if err != nil && ctx.Err() != nil {
-			return fmt.Errorf("fdbcli kill: %w: %s", err, out)
+		// up a moment for it to leave. fdbcli itself lingers for seconds
+		// with its cluster gone, so processes are restarted while it runs.
+		cliDone := make(chan error, 1)
+		go func() {
+			out, err := c.cli(ctx, "kill; kill "+strings.Join(addrs, " ")+"; sleep 1", 20)
+			if err != nil && ctx.Err() != nil {
+				err = fmt.Errorf("fdbcli kill: %w: %s", err, out)
+			} else {
+				err = nil
+			}
+			cliDone <- err
+		}()
+		stayed, err := restartOnExit(pending)
+		if cerr := <-cliDone; cerr != nil {
+			return cerr
 		}
-		for _, p := range targets {
-			p.wait(rebootExitWait)
+		if err != nil {
+			return err
 		}
+		pending = stayed
 	}
-	var errs []error
-	for _, p := range targets {
-		errs = append(errs, p.start())
+	return nil
+}
+
+// restartOnExit starts each process again as soon as it exits, and returns
+// the ones that did not exit within rebootExitWait.
+func restartOnExit(ps []*process) ([]*process, error) {
+	var (
+		mu      sync.Mutex
+		stayed  []*process
+		errs    []error
+		restart sync.WaitGroup
+	)
+	for _, p := range ps {
+		restart.Add(1)
+		go func() {
+			defer restart.Done()
+			if !p.wait(rebootExitWait) {
+				mu.Lock()
+				stayed = append(stayed, p)
+				mu.Unlock()
+				return
+			}
+			if err := p.start(); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
 	}
-	return errors.Join(errs...)
+	restart.Wait()
+	return stayed, errors.Join(errs...)
 }
 
 // Exclude moves data and roles off process i (`fdbcli exclude`) and returns
