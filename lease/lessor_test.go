@@ -491,7 +491,7 @@ func TestRestartKeepsRemainingTTL(t *testing.T) {
 			w2.now = w.now
 			n2 := w2.add(Config{})
 			if crash {
-				// The dead owner's time must run out first (at most OwnerTTL).
+				// The dead owner's record must stand still for the ownership TTL first.
 				if own, _ := n2.l.Owner(); own {
 					t.Fatal("took over from a crashed owner before its ownership lapsed")
 				}

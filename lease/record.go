@@ -32,7 +32,7 @@ const recordVersion = 1
 // record is a lease's stored value.
 type record struct {
 	TTL      int64  // granted TTL in seconds, after the minimum was applied
-	Deadline int64  // unix microseconds at which the lease expires
+	Deadline int64  // unix microseconds at which the lease expires, by the wall clock of the process that wrote it
 	Nonce    uint64 // identifies the grant, so a retried grant recognises itself
 	Epoch    uint64 // the ownership epoch that last extended it on promotion
 }
