@@ -1,11 +1,9 @@
 package mvcc
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -160,7 +158,7 @@ func (s *Store) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.
 
 // Txn runs a transaction; read-only ones never enter the write path.
 func (s *Store) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	if txnReadOnly(r) {
+	if TxnReadOnly(r) {
 		return s.readTxn(ctx, r)
 	}
 	resp, err := s.write(ctx, r, proto.Size(r))
@@ -168,19 +166,6 @@ func (s *Store) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, err
 		return nil, err
 	}
 	return resp.(*pb.TxnResponse), nil
-}
-
-// txnReadOnly mirrors etcd: only top-level ops decide, and a nested Txn makes
-// a Txn a write.
-func txnReadOnly(r *pb.TxnRequest) bool {
-	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		for _, op := range ops {
-			if op.GetRequestRange() == nil {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 func (s *Store) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
@@ -324,156 +309,4 @@ func writeChanges(tx storage.Tx, rev int64, id revision.RequestID, changes []cha
 	for i, part := range encodeLog(entry) {
 		tx.Set(keyspace.Log(rev, i), part)
 	}
-}
-
-// Range reads a range at a revision, paging across read transactions at that
-// fixed revision so that no single storage transaction grows with the range.
-func (s *Store) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	return s.rangeRead(ctx, r, true)
-}
-
-// RangeChunk is Range without the total count (etcd 3.7's withTotalCount
-// false): it stops reading once it has the keys the limit asks for, so a
-// streamed range does not re-count the rest of the range for every chunk.
-// Count in its response covers only the keys read.
-func (s *Store) RangeChunk(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	return s.rangeRead(ctx, r, false)
-}
-
-func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount bool) (*pb.RangeResponse, error) {
-	end := normEnd(r.RangeEnd)
-	keep := keepFor(r)
-	var (
-		head, rev int64
-		kept      []*entry
-		count     int
-	)
-	// A range whose count the cache knows reads only the keys it returns.
-	// Filters and sorting read the whole range anyway.
-	countable := withCount && end != nil && (r.CountOnly || keep >= 0)
-	scanCount := withCount
-	cached := int64(-1)
-	cursor := r.Key
-	first := true
-	for cursor != nil {
-		var page []*entry
-		var pageCount int
-		var next []byte
-		err := s.db.View(ctx, func(tx storage.ReadTx) error {
-			page, pageCount, next = nil, 0, nil
-			h, c, err := readState(tx)
-			if err != nil {
-				return err
-			}
-			if first {
-				head, rev = h.Rev, r.Revision
-				switch {
-				case rev > head:
-					return ErrFutureRev
-				case rev <= 0:
-					rev = head
-				}
-			}
-			if rev < c.Requested {
-				return ErrCompacted
-			}
-			if first && countable {
-				n, ok, err := s.counts.countAt(tx, r.Key, r.RangeEnd, rev, c)
-				if err != nil {
-					return err
-				}
-				cached = -1
-				if ok {
-					cached = n
-				}
-				scanCount = cached < 0
-			}
-			if r.CountOnly && !scanCount {
-				return nil
-			}
-			collect := func(key []byte, m meta, ver *version) bool {
-				pageCount++
-				if keep < 0 || len(kept)+len(page) < keep {
-					page = append(page, &entry{key: bytes.Clone(key), meta: m, ver: ver})
-				}
-				return scanCount || keep < 0 || len(kept)+len(page) < keep
-			}
-			if end == nil {
-				e, err := getAt(tx, r.Key, rev, nil)
-				if e != nil {
-					collect(e.key, e.meta, e.ver)
-				}
-				if err != nil {
-					return err
-				}
-			} else if len(end) == 0 || bytes.Compare(cursor, end) < 0 {
-				if next, err = scanLive(tx, cursor, end, rev, s.cfg.PageKeys, collect); err != nil {
-					return err
-				}
-			}
-			// A small range read whole in this transaction gets its values
-			// here too: a second transaction would cost as much as the
-			// lookup (a single-key GET is most of what kube-apiserver
-			// reads from storage). A few values that the sort and limit
-			// then drop are the price.
-			if first && next == nil && len(page) <= inlineValues && !r.KeysOnly && !r.CountOnly {
-				return resolveValues(tx, page)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-		first = false
-		kept = append(kept, page...)
-		count += pageCount
-		cursor = next
-		if !scanCount && (r.CountOnly || keep >= 0 && len(kept) >= keep) {
-			break
-		}
-	}
-	if cached >= 0 {
-		count = int(cached)
-	}
-	resp, err := buildRange(r, kept, count, head, func(es []*entry) error { return s.resolvePaged(ctx, es, rev) })
-	if err == nil && withCount && end != nil {
-		// Every counted range leaves its count, however it was read.
-		s.counts.put(r.Key, r.RangeEnd, rev, resp.Count)
-		if resp.More && len(resp.Kvs) > 0 && !r.CountOnly {
-			last := resp.Kvs[len(resp.Kvs)-1].Key
-			s.counts.put(append(bytes.Clone(last), 0), r.RangeEnd, rev, resp.Count-int64(len(resp.Kvs)))
-		}
-	}
-	return resp, err
-}
-
-// inlineValues is the most entries whose values a range resolves in the
-// transaction that found them.
-const inlineValues = 16
-
-// resolvePaged reads values in bounded read transactions, failing if a
-// compaction past rev could have removed them meanwhile.
-func (s *Store) resolvePaged(ctx context.Context, es []*entry, rev int64) error {
-	const perTx = 2_000
-	if !slices.ContainsFunc(es, func(e *entry) bool { return !e.has }) {
-		return nil // resolved in the transaction that found them
-	}
-	for len(es) > 0 {
-		n := min(len(es), perTx)
-		err := s.db.View(ctx, func(tx storage.ReadTx) error {
-			_, c, err := readState(tx)
-			if err != nil {
-				return err
-			}
-			if rev < c.Requested {
-				return ErrCompacted
-			}
-			return resolveValues(tx, es[:n])
-		})
-		if err != nil {
-			return err
-		}
-		es = es[n:]
-	}
-	return nil
 }
