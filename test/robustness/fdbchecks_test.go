@@ -12,6 +12,7 @@ import (
 
 	"go.etcd.io/etcd/tests/v3/robustness/model"
 	"go.etcd.io/etcd/tests/v3/robustness/report"
+	"go.etcd.io/etcd/tests/v3/robustness/traffic"
 )
 
 // maxWriteRecovery is how soon writes must succeed again once FoundationDB
@@ -25,8 +26,14 @@ const maxWriteRecovery = 5 * time.Second
 // clients see are etcd's, writes come back within 5 s of FoundationDB's
 // recovery, /readyz follows the store, and leases expire exactly once.
 func TestRobustnessFDB(t *testing.T) {
+	// Requests wait out an outage instead of failing with an unknown
+	// outcome, as kube-apiserver's do: every unknown write multiplies the
+	// linearization search, and with etcd's 1 s four forced recoveries made
+	// porcupine time out and a whole-cluster restart exhaust memory.
+	defer func(d time.Duration) { traffic.RequestTimeout = d }(traffic.RequestTimeout)
+	traffic.RequestTimeout = fdbRequestTimeout
 	for _, fault := range fdbFaults() {
-		for _, p := range profiles() {
+		for _, p := range fdbProfiles() {
 			if !long && !shortFDBPair(fault.name, p.name) {
 				continue
 			}
@@ -47,6 +54,22 @@ func TestRobustnessFDB(t *testing.T) {
 			})
 		}
 	}
+}
+
+// fdbRequestTimeout is the traffic's request timeout on FoundationDB.
+const fdbRequestTimeout = 10 * time.Second
+
+// fdbProfiles are profiles() at KeyValueMedium's rate in long runs too: a
+// 5-process cluster on a shared machine commits fewer writes than the
+// embedded store, and a longer history of the same rate is what long runs
+// add.
+func fdbProfiles() []trafficProfile {
+	ps := profiles()
+	for i := range ps {
+		kv := traffic.KeyValueMedium
+		ps[i].profile.KeyValue = &kv
+	}
+	return ps
 }
 
 // shortFDBPair is what make test runs on FoundationDB: forced recoveries

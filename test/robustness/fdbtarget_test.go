@@ -25,8 +25,15 @@ import (
 
 // The FoundationDB scenarios run fdb-etcd as it runs in production: three
 // replicas sharing one keyspace on a replicated cluster of five fdbserver
-// processes (double redundancy, ssd-2, three coordinators), with write
-// forwarding on, and put that cluster through FoundationDB's own failures.
+// processes (double redundancy, ssd-2, three coordinators, process
+// classes), with write forwarding on, and put that cluster through
+// FoundationDB's own failures.
+
+// clusterClasses lay the cluster out as production does, one role family
+// per process, so that each fault hits what it names: process 0 holds the
+// stateless roles (cluster controller, master, proxies, resolver), 1 and 2
+// the transaction logs, 3 and 4 the storage servers; 0-2 coordinate.
+var clusterClasses = []string{"stateless", "transaction", "transaction", "storage", "storage"}
 
 // fdbBin is fdb-etcd built with -tags fdb (cgo, libfdb_c), once per test
 // binary, or ROBUSTNESS_FDB_BINARY.
@@ -111,7 +118,7 @@ const (
 // extra.
 func startFDBTarget(t *testing.T, bin string, extra ...string) *fdbTarget {
 	t.Helper()
-	c, err := fdbserver.StartCluster(fdbserver.Config{Processes: 5, Redundancy: "double", Storage: "ssd-2"})
+	c, err := fdbserver.StartCluster(fdbserver.Config{Processes: 5, Redundancy: "double", Storage: "ssd-2", Classes: clusterClasses})
 	if err != nil {
 		t.Fatalf("start FoundationDB: %v", err)
 	}
