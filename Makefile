@@ -7,7 +7,7 @@ PKGS      := ./...
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: fdb-clients docker test-deploy build build-fdb run test test-short lint test-fdb clean conformance
+.PHONY: fdb-clients docker test-deploy build build-fdb run run-fdb test test-short lint test-fdb clean conformance
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/fdb-etcd ./cmd/fdb-etcd
@@ -19,6 +19,13 @@ build-fdb:
 # run serves the etcd API on the embedded store in ./$(DATA_DIR).
 run: build
 	$(BIN)/fdb-etcd --name default --data-dir $(DATA_DIR) --listen-client-urls $(LISTEN) --log-format console
+
+# run-fdb is run on FoundationDB: a throwaway single-process fdbserver on a
+# loopback port (its data is deleted on exit) and fdb-etcd on it, serving the
+# etcd API on $(LISTEN). Ctrl-C stops both.
+run-fdb: build-fdb
+	@if [ -n "$(FDB_MISSING)" ]; then echo "run-fdb: FoundationDB is not installed: $(FDB_MISSING)" >&2; exit 1; fi
+	$(GO) run ./internal/fdbserver/withfdb sh -c 'exec $(BIN)/fdb-etcd --name default --backend fdb --fdb-cluster-file "$$FDB_CLUSTER_FILE" --listen-client-urls $(LISTEN) --log-format console'
 
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -125,3 +125,77 @@ func TestCountsFollowWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestCountsAfterSortedOrFilteredLimits makes limited Ranges whose results are
+// not the first keys of the range in key order — sorted by another target or
+// descending, or filtered by revision — and then counts every suffix of the
+// range: a limited range may leave behind the count of the rest of the range
+// only when it returned a key-ordered, unfiltered prefix of it.
+func TestCountsAfterSortedOrFilteredLimits(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, openPebble(t), mvcc.Config{})
+	keys := []string{"a", "b", "c", "d", "e"}
+	for i, k := range keys {
+		// Later keys are older, so that create/mod order is the reverse of key order.
+		if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte(keys[len(keys)-1-i]), Value: []byte(k)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte("c"), Value: []byte("again")}); err != nil {
+		t.Fatal(err)
+	}
+	orders := []pb.RangeRequest_SortOrder{pb.RangeRequest_NONE, pb.RangeRequest_ASCEND, pb.RangeRequest_DESCEND}
+	targets := []pb.RangeRequest_SortTarget{pb.RangeRequest_KEY, pb.RangeRequest_VERSION, pb.RangeRequest_CREATE, pb.RangeRequest_MOD, pb.RangeRequest_VALUE}
+	filters := []func(*pb.RangeRequest){
+		func(*pb.RangeRequest) {},
+		func(r *pb.RangeRequest) { r.MinModRevision = 4 },
+		func(r *pb.RangeRequest) { r.MaxModRevision = 4 },
+		func(r *pb.RangeRequest) { r.MinCreateRevision = 4 },
+		func(r *pb.RangeRequest) { r.MaxCreateRevision = 3 },
+	}
+	for _, order := range orders {
+		for _, target := range targets {
+			for fi, filter := range filters {
+				for limit := int64(1); limit <= 3; limit++ {
+					// A write outside the range first, so that this Range's
+					// counts are the newest ones the cache has.
+					if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte("z"), Value: []byte("v")}); err != nil {
+						t.Fatal(err)
+					}
+					r := &pb.RangeRequest{Key: []byte("a"), RangeEnd: []byte("f"), Limit: limit, SortOrder: order, SortTarget: target}
+					filter(r)
+					if _, err := s.Range(ctx, r); err != nil {
+						t.Fatal(err)
+					}
+					checkSuffixCounts(t, s, fmt.Sprintf("after %v/%v filter %d limit %d", order, target, fi, limit))
+				}
+			}
+		}
+	}
+}
+
+// checkSuffixCounts compares the counts of [k, "f") and [k+"\x00", "f") with
+// the keys a full scan finds there.
+func checkSuffixCounts(t *testing.T, s *mvcc.Store, what string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, k := range []string{"a", "a\x00", "b", "b\x00", "c", "c\x00", "d", "d\x00", "e", "e\x00"} {
+		got, err := s.Range(ctx, &pb.RangeRequest{Key: []byte(k), RangeEnd: []byte("f"), CountOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, err := s.Range(ctx, &pb.RangeRequest{Key: []byte(k), RangeEnd: []byte("f"), Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := int64(0)
+		for _, c := range []string{"a", "b", "c", "d", "e"} {
+			if c >= k {
+				want++
+			}
+		}
+		if got.Count != want || page.Count != want || page.More != (want > 1) {
+			t.Fatalf("%s: [%q, f) counts %d, limit-1 page counts %d (more %v); want %d", what, k, got.Count, page.Count, page.More, want)
+		}
+	}
+}

@@ -1,0 +1,236 @@
+package mvcc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+// Range reads a range at a revision, paging across read transactions at that
+// fixed revision so that no single storage transaction grows with the range.
+func (s *Store) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	return s.rangeRead(ctx, r, true)
+}
+
+// RangeChunk is Range without the total count (etcd 3.7's withTotalCount
+// false): it stops reading once it has the keys the limit asks for, so a
+// streamed range does not re-count the rest of the range for every chunk.
+// Count in its response covers only the keys read.
+func (s *Store) RangeChunk(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	return s.rangeRead(ctx, r, false)
+}
+
+// rangeRead answers a Range. A Range at revision 0 reads the newest revision
+// at its start; when a compaction passes that revision while the range is
+// paged, it is read again at the newer head rather than failing, since etcd
+// never answers a Range at revision 0 with ErrCompacted. Each attempt starts
+// at a head at least as new as the compaction that stopped the previous one,
+// so an attempt fails again only if another compaction overtakes it.
+func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount bool) (*pb.RangeResponse, error) {
+	for {
+		resp, err := s.rangeAttempt(ctx, r, withCount)
+		if r.Revision > 0 || !errors.Is(err, ErrCompacted) || ctx.Err() != nil {
+			return resp, err
+		}
+	}
+}
+
+// rangeScan is one attempt's progress through a range, page by page.
+type rangeScan struct {
+	r         *pb.RangeRequest
+	end       []byte // normEnd(r.RangeEnd)
+	keep      int    // keepFor(r)
+	pageKeys  int
+	head, rev int64
+	// countable: the count may come from the count cache; cached is the
+	// count found there (-1: none), scanCount: the pages must be counted.
+	countable bool
+	scanCount bool
+	cached    int64
+	kept      []*entry
+	count     int
+	cursor    []byte
+}
+
+// pageResult is what one read transaction found; it is applied to the scan
+// only once the transaction has succeeded, so a retried transaction starts
+// from the same state.
+type pageResult struct {
+	head, rev int64
+	cached    int64
+	entries   []*entry
+	counted   int
+	next      []byte
+}
+
+func (s *Store) rangeAttempt(ctx context.Context, r *pb.RangeRequest, withCount bool) (*pb.RangeResponse, error) {
+	q := &rangeScan{r: r, end: normEnd(r.RangeEnd), keep: keepFor(r), pageKeys: s.cfg.PageKeys, cached: -1, scanCount: withCount, cursor: r.Key}
+	// A range whose count the cache knows reads only the keys it returns.
+	// Filters and sorting read the whole range anyway.
+	q.countable = withCount && q.end != nil && (r.CountOnly || q.keep >= 0)
+	for first := true; q.cursor != nil; first = false {
+		var res pageResult
+		err := s.db.View(ctx, func(tx storage.ReadTx) error {
+			var err error
+			res, err = q.readPage(tx, s.counts, first)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if q.apply(res, first) {
+			break
+		}
+	}
+	if q.cached >= 0 {
+		q.count = int(q.cached)
+	}
+	resp, err := buildRange(r, q.kept, q.count, q.head, func(es []*entry) error { return s.resolvePaged(ctx, es, q.rev) })
+	if err == nil && withCount && q.end != nil {
+		s.leaveCounts(r, q.rev, resp)
+	}
+	return resp, err
+}
+
+// apply takes a page's result into the scan and reports whether the scan is
+// done before the range is.
+func (q *rangeScan) apply(res pageResult, first bool) bool {
+	if first {
+		q.head, q.rev, q.cached = res.head, res.rev, res.cached
+		q.scanCount = q.scanCount && q.cached < 0
+	}
+	q.kept = append(q.kept, res.entries...)
+	q.count += res.counted
+	q.cursor = res.next
+	return !q.scanCount && (q.r.CountOnly || q.keep >= 0 && len(q.kept) >= q.keep)
+}
+
+// readPage reads the scan's next page in tx; the first page also fixes the
+// revision and consults the count cache.
+func (q *rangeScan) readPage(tx storage.ReadTx, counts *countCache, first bool) (pageResult, error) {
+	r := q.r
+	res := pageResult{head: q.head, rev: q.rev, cached: q.cached}
+	h, c, err := readState(tx)
+	if err != nil {
+		return res, err
+	}
+	if first {
+		res.head, res.rev = h.Rev, r.Revision
+		switch {
+		case res.rev > res.head:
+			return res, ErrFutureRev
+		case res.rev <= 0:
+			res.rev = res.head
+		}
+	}
+	if res.rev < c.Requested {
+		return res, ErrCompacted
+	}
+	scanCount := q.scanCount
+	if first && q.countable {
+		n, ok, err := counts.countAt(tx, r.Key, r.RangeEnd, res.rev, c)
+		if err != nil {
+			return res, err
+		}
+		if ok {
+			res.cached = n
+		}
+		scanCount = !ok
+	}
+	if r.CountOnly && !scanCount {
+		return res, nil
+	}
+	if err := q.collect(tx, &res, scanCount); err != nil {
+		return res, err
+	}
+	// A small range read whole in this transaction gets its values here
+	// too: a second transaction would cost as much as the lookup (a
+	// single-key GET is most of what kube-apiserver reads from storage). A
+	// few values that the sort and limit then drop are the price.
+	if first && res.next == nil && len(res.entries) <= inlineValues && !r.KeysOnly && !r.CountOnly {
+		return res, resolveValues(tx, res.entries)
+	}
+	return res, nil
+}
+
+// collect reads the live keys of one page at res.rev into res.
+func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool) error {
+	want := func() bool { return q.keep < 0 || len(q.kept)+len(res.entries) < q.keep }
+	visit := func(key []byte, m meta, ver *version) bool {
+		res.counted++
+		if want() {
+			res.entries = append(res.entries, &entry{key: bytes.Clone(key), meta: m, ver: ver})
+		}
+		return scanCount || want()
+	}
+	if q.end == nil {
+		e, err := getAt(tx, q.r.Key, res.rev, nil)
+		if e != nil {
+			visit(e.key, e.meta, e.ver)
+		}
+		return err
+	}
+	if len(q.end) > 0 && bytes.Compare(q.cursor, q.end) >= 0 {
+		return nil
+	}
+	next, err := scanLive(tx, q.cursor, q.end, res.rev, q.pageKeys, visit)
+	res.next = next
+	return err
+}
+
+// leaveCounts records the counts a counted range learned: its own, and after
+// a limited page the rest of the range, which the next page will ask for.
+func (s *Store) leaveCounts(r *pb.RangeRequest, rev int64, resp *pb.RangeResponse) {
+	s.counts.put(r.Key, r.RangeEnd, rev, resp.Count)
+	if resp.More && len(resp.Kvs) > 0 && !r.CountOnly && keyOrderPrefix(r) {
+		last := resp.Kvs[len(resp.Kvs)-1].Key
+		s.counts.put(append(bytes.Clone(last), 0), r.RangeEnd, rev, resp.Count-int64(len(resp.Kvs)))
+	}
+}
+
+// keyOrderPrefix reports whether a limited Range returns the first live keys
+// of its range in key order, so that the rest of the range, after its last
+// key, holds exactly Count minus the keys returned. A sort by another target
+// or descending, or a revision filter, returns other keys.
+func keyOrderPrefix(r *pb.RangeRequest) bool {
+	return r.SortTarget == pb.RangeRequest_KEY &&
+		(r.SortOrder == pb.RangeRequest_NONE || r.SortOrder == pb.RangeRequest_ASCEND) &&
+		r.MinModRevision == 0 && r.MaxModRevision == 0 &&
+		r.MinCreateRevision == 0 && r.MaxCreateRevision == 0
+}
+
+// inlineValues is the most entries whose values a range resolves in the
+// transaction that found them.
+const inlineValues = 16
+
+// resolvePaged reads values in bounded read transactions, failing if a
+// compaction past rev could have removed them meanwhile.
+func (s *Store) resolvePaged(ctx context.Context, es []*entry, rev int64) error {
+	const perTx = 2_000
+	if !slices.ContainsFunc(es, func(e *entry) bool { return !e.has }) {
+		return nil // resolved in the transaction that found them
+	}
+	for len(es) > 0 {
+		n := min(len(es), perTx)
+		err := s.db.View(ctx, func(tx storage.ReadTx) error {
+			_, c, err := readState(tx)
+			if err != nil {
+				return err
+			}
+			if rev < c.Requested {
+				return ErrCompacted
+			}
+			return resolveValues(tx, es[:n])
+		})
+		if err != nil {
+			return err
+		}
+		es = es[n:]
+	}
+	return nil
+}
