@@ -1,0 +1,141 @@
+package quota
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+// countingSizer reports a settable size and counts the readings.
+type countingSizer struct {
+	size  atomic.Int64
+	reads atomic.Int64
+	block chan struct{} // when non-nil, readings wait for it
+}
+
+func (s *countingSizer) Size() (int64, error) {
+	s.reads.Add(1)
+	if s.block != nil {
+		<-s.block
+	}
+	return s.size.Load(), nil
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// TestSizeReadAtMostOncePerRefresh: on FoundationDB a size reading is a
+// storage round trip, so writes share one reading per interval.
+func TestSizeReadAtMostOncePerRefresh(t *testing.T) {
+	sz := &countingSizer{}
+	clk := &clock{t: time.Unix(1000, 0)}
+	q := New(Config{Bytes: 1000, Refresh: time.Second, Now: clk.now}, sz)
+	sz.size.Store(100)
+	for range 100 {
+		if !q.Available(500) {
+			t.Fatal("refused within the quota")
+		}
+	}
+	if n := sz.reads.Load(); n != 1 {
+		t.Fatalf("%d readings for 100 requests within one interval, want 1", n)
+	}
+	sz.size.Store(600)
+	if !q.Available(500) {
+		t.Fatal("the cached reading should still be used within the interval")
+	}
+	clk.add(time.Second)
+	if q.Available(500) {
+		t.Fatal("600+500 >= 1000 admitted after the interval")
+	}
+	if !q.Available(300) {
+		t.Fatal("600+300 < 1000 refused")
+	}
+	if n := sz.reads.Load(); n != 2 {
+		t.Fatalf("%d readings after the interval, want 2", n)
+	}
+	sz.size.Store(0)
+	q.Refresh()
+	if !q.Available(999) || q.Available(1000) {
+		t.Fatal("etcd's check is size+cost < quota")
+	}
+}
+
+// TestConcurrentRequestsDoNotWaitForAReading: one request reads the size;
+// the others use the previous reading meanwhile.
+func TestConcurrentRequestsDoNotWaitForAReading(t *testing.T) {
+	sz := &countingSizer{block: make(chan struct{})}
+	clk := &clock{t: time.Unix(1000, 0)}
+	q := New(Config{Bytes: 1000, Refresh: time.Second, Now: clk.now}, sz)
+	done := make(chan bool)
+	go func() { done <- q.Available(10) }()
+	for sz.reads.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for range 10 {
+		if !q.Available(10) {
+			t.Fatal("refused while another request reads the size")
+		}
+	}
+	close(sz.block)
+	if !<-done {
+		t.Fatal("the reading request was refused")
+	}
+	if n := sz.reads.Load(); n != 1 {
+		t.Fatalf("%d readings, want 1", n)
+	}
+}
+
+func TestQuotaDefaultsAsEtcd(t *testing.T) {
+	if q := New(Config{}, nil); q.Bytes() != 2<<30 || !q.Enabled() {
+		t.Fatalf("default quota %d", q.Bytes())
+	}
+	sz := &countingSizer{}
+	sz.size.Store(1 << 40)
+	if q := New(Config{Bytes: -1}, sz); q.Enabled() || !q.Available(1<<30) || q.Bytes() != -1 {
+		t.Fatal("a negative quota must disable the check")
+	}
+	if q := New(Config{Bytes: 1}, sz); !q.Available(0) || sz.reads.Load() != 0 {
+		t.Fatal("a request that adds nothing is not measured")
+	}
+}
+
+// TestCostsAsEtcd pins etcd's cost formulas (server/storage/quota.go).
+func TestCostsAsEtcd(t *testing.T) {
+	put := &pb.PutRequest{Key: []byte("abc"), Value: make([]byte, 1000)}
+	if c := PutCost(put); c != 256+3+1000 {
+		t.Errorf("PutCost = %d", c)
+	}
+	op := func(p *pb.PutRequest) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: p}}
+	}
+	get := &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("k")}}}
+	nested := &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Failure: []*pb.RequestOp{op(put), op(put)}}}}
+	for _, c := range []struct {
+		txn  *pb.TxnRequest
+		want int
+	}{
+		{&pb.TxnRequest{Success: []*pb.RequestOp{get}}, 0},
+		{&pb.TxnRequest{Success: []*pb.RequestOp{op(put)}, Failure: []*pb.RequestOp{get}}, 1259},
+		{&pb.TxnRequest{Success: []*pb.RequestOp{get}, Failure: []*pb.RequestOp{op(put)}}, 1259},
+		{&pb.TxnRequest{Success: []*pb.RequestOp{op(put)}, Failure: []*pb.RequestOp{nested}}, 2518},
+	} {
+		if got := TxnCost(c.txn); got != c.want {
+			t.Errorf("TxnCost(%v) = %d, want %d", c.txn, got, c.want)
+		}
+	}
+	if LeaseGrantCost != 64 {
+		t.Errorf("LeaseGrantCost = %d", LeaseGrantCost)
+	}
+}
