@@ -79,7 +79,7 @@ func normalize(v any) any {
 	case map[string]any:
 		for k, e := range x {
 			if m, ok := e.(string); ok && k == "message" {
-				x[k] = strings.ReplaceAll(m, "\u00a0", " ")
+				e = strings.ReplaceAll(m, "\u00a0", " ")
 			}
 			if k == "header" {
 				if h, ok := e.(map[string]any); ok {
