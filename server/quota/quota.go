@@ -12,7 +12,7 @@
 package quota
 
 import (
-	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -64,10 +64,9 @@ type Quota struct {
 	refresh time.Duration
 	now     func() time.Time
 
-	mu      sync.Mutex
-	size    int64     // guarded by mu: the latest reading
-	readAt  time.Time // guarded by mu: when size was read
-	reading bool      // guarded by mu: a reading is in progress
+	size    atomic.Int64 // the latest reading
+	readAt  atomic.Int64 // when size was read, in unix nanoseconds (0: never)
+	reading atomic.Bool  // a request is reading the size
 }
 
 // New returns the quota over sizer (which may be nil).
@@ -104,45 +103,27 @@ func (q *Quota) Available(cost int) bool {
 // Size returns the cached size, reading it first when it is older than the
 // refresh interval and no other request is reading it.
 func (q *Quota) Size() int64 {
-	q.mu.Lock()
-	size := q.size
-	stale := !q.reading && q.now().Sub(q.readAt) >= q.refresh
-	if stale {
-		q.reading = true
+	stale := q.readAt.Load() == 0 || q.now().UnixNano()-q.readAt.Load() >= int64(q.refresh)
+	if stale && q.reading.CompareAndSwap(false, true) {
+		defer q.reading.Store(false)
+		return q.read()
 	}
-	q.mu.Unlock()
-	if stale {
-		size = q.read()
-	}
-	return size
+	return q.size.Load()
 }
 
 // Refresh reads the size now.
-func (q *Quota) Refresh() {
-	q.mu.Lock()
-	q.reading = true
-	q.mu.Unlock()
-	q.read()
-}
+func (q *Quota) Refresh() { q.read() }
 
 // read takes a reading; on error the previous one stays, and is trusted
 // for another interval rather than retried by every request.
 func (q *Quota) read() int64 {
-	var (
-		n   int64
-		err error
-	)
 	if q.sizer != nil {
-		n, err = q.sizer.Size()
+		if n, err := q.sizer.Size(); err == nil {
+			q.size.Store(n)
+		}
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.reading = false
-	q.readAt = q.now()
-	if err == nil {
-		q.size = n
-	}
-	return q.size
+	q.readAt.Store(q.now().UnixNano())
+	return q.size.Load()
 }
 
 // PutCost is etcd's charge for a Put: its key and value and an overhead.

@@ -139,3 +139,19 @@ func TestCostsAsEtcd(t *testing.T) {
 		t.Errorf("LeaseGrantCost = %d", LeaseGrantCost)
 	}
 }
+
+// BenchmarkAvailable is the quota check every Put, Txn and LeaseGrant pays
+// between two size readings.
+func BenchmarkAvailable(b *testing.B) {
+	sz := &countingSizer{}
+	sz.size.Store(1 << 20)
+	q := New(Config{Bytes: DefaultBytes, Refresh: time.Hour}, sz)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if !q.Available(300) {
+				b.Error("refused")
+				return
+			}
+		}
+	})
+}
