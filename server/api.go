@@ -45,6 +45,7 @@ func (s *Server) registerAPI(ctx context.Context) error {
 		sizer = sz
 	}
 	q := quota.New(s.cfg.Quota, sizer)
+	s.OnShutdown(q.Close)
 	s.logQuota(q)
 	gate := quota.NewGate(q, alarms, s.hdr.MemberID, s.lg)
 	if err := s.Metrics().Registry().Register(newAPICollector(q, alarms)); err != nil {

@@ -9,17 +9,19 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
-// countingSizer reports a settable size and counts the readings.
+// countingSizer reports a settable size and counts the readings; while
+// blocking, readings wait for release.
 type countingSizer struct {
-	size  atomic.Int64
-	reads atomic.Int64
-	block chan struct{} // when non-nil, readings wait for it
+	size     atomic.Int64
+	reads    atomic.Int64
+	blocking atomic.Bool
+	release  chan struct{}
 }
 
 func (s *countingSizer) Size() (int64, error) {
 	s.reads.Add(1)
-	if s.block != nil {
-		<-s.block
+	if s.blocking.Load() {
+		<-s.release
 	}
 	return s.size.Load(), nil
 }
@@ -36,28 +38,42 @@ func (c *clock) add(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
+// settle waits for the background reading to finish.
+func settle(t *testing.T, q *Quota) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for q.reading.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the background reading never finished")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestSizeReadAtMostOncePerRefresh: on FoundationDB a size reading is a
 // storage round trip, so writes share one reading per interval.
 func TestSizeReadAtMostOncePerRefresh(t *testing.T) {
 	sz := &countingSizer{}
+	sz.size.Store(100)
 	clk := &clock{t: time.Unix(1000, 0)}
 	q := New(Config{Bytes: 1000, Refresh: time.Second, Now: clk.now}, sz)
-	sz.size.Store(100)
+	defer q.Close()
 	for range 100 {
 		if !q.Available(500) {
 			t.Fatal("refused within the quota")
 		}
 	}
 	if n := sz.reads.Load(); n != 1 {
-		t.Fatalf("%d readings for 100 requests within one interval, want 1", n)
+		t.Fatalf("%d readings for New and 100 requests within one interval, want 1", n)
 	}
 	sz.size.Store(600)
-	if !q.Available(500) {
-		t.Fatal("the cached reading should still be used within the interval")
-	}
 	clk.add(time.Second)
+	if !q.Available(500) {
+		t.Fatal("the request that starts a reading is measured against the previous one")
+	}
+	settle(t, q)
 	if q.Available(500) {
-		t.Fatal("600+500 >= 1000 admitted after the interval")
+		t.Fatal("600+500 >= 1000 admitted after the new reading")
 	}
 	if !q.Available(300) {
 		t.Fatal("600+300 < 1000 refused")
@@ -72,28 +88,40 @@ func TestSizeReadAtMostOncePerRefresh(t *testing.T) {
 	}
 }
 
-// TestConcurrentRequestsDoNotWaitForAReading: one request reads the size;
-// the others use the previous reading meanwhile.
-func TestConcurrentRequestsDoNotWaitForAReading(t *testing.T) {
-	sz := &countingSizer{block: make(chan struct{})}
+// TestRequestsDoNotWaitForAReading: a slow reading (tens of milliseconds
+// on a small FoundationDB keyspace) delays no write.
+func TestRequestsDoNotWaitForAReading(t *testing.T) {
+	sz := &countingSizer{release: make(chan struct{})}
 	clk := &clock{t: time.Unix(1000, 0)}
 	q := New(Config{Bytes: 1000, Refresh: time.Second, Now: clk.now}, sz)
-	done := make(chan bool)
-	go func() { done <- q.Available(10) }()
-	for sz.reads.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	sz.blocking.Store(true)
+	clk.add(time.Second)
 	for range 10 {
 		if !q.Available(10) {
-			t.Fatal("refused while another request reads the size")
+			t.Fatal("refused while a reading is in progress")
 		}
 	}
-	close(sz.block)
-	if !<-done {
-		t.Fatal("the reading request was refused")
+	for deadline := time.Now().Add(10 * time.Second); sz.reads.Load() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no reading started after the interval")
+		}
 	}
-	if n := sz.reads.Load(); n != 1 {
-		t.Fatalf("%d readings, want 1", n)
+	if !q.Available(10) || sz.reads.Load() != 2 {
+		t.Fatalf("%d readings, want New's and the one in progress", sz.reads.Load())
+	}
+	closed := make(chan struct{})
+	go func() { q.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a reading was in progress")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(sz.release)
+	<-closed
+	clk.add(time.Second)
+	q.Available(10)
+	if n := sz.reads.Load(); n != 2 {
+		t.Fatalf("a reading started after Close: %d readings", n)
 	}
 }
 
@@ -106,8 +134,8 @@ func TestQuotaDefaultsAsEtcd(t *testing.T) {
 	if q := New(Config{Bytes: -1}, sz); q.Enabled() || !q.Available(1<<30) || q.Bytes() != -1 {
 		t.Fatal("a negative quota must disable the check")
 	}
-	if q := New(Config{Bytes: 1}, sz); !q.Available(0) || sz.reads.Load() != 0 {
-		t.Fatal("a request that adds nothing is not measured")
+	if q := New(Config{Bytes: -1}, sz); q.Available(1) && sz.reads.Load() != 0 {
+		t.Fatal("a disabled quota reads the size")
 	}
 }
 
