@@ -28,18 +28,10 @@ var errCorruptAlarm = errors.New("alarm CORRUPT raised")
 // writes pass the backend quota and the stored alarms as in etcd, and the
 // member list comes from the registry every replica keeps in the store.
 func (s *Server) registerAPI(ctx context.Context) error {
-	alarms, err := alarm.Open(ctx, s.db, s.lg)
+	alarms, err := s.openAlarms(ctx)
 	if err != nil {
 		return err
 	}
-	s.OnShutdown(alarms.Stop)
-	s.ops.alarms = alarms
-	s.AddReadyCheck("data_corruption", func(context.Context) error {
-		if alarms.Active(pb.AlarmType_CORRUPT) {
-			return errCorruptAlarm
-		}
-		return nil
-	})
 	var sizer quota.Sizer
 	if sz, ok := s.db.(storage.Sizer); ok {
 		sizer = sz
@@ -47,11 +39,10 @@ func (s *Server) registerAPI(ctx context.Context) error {
 	q := quota.New(s.cfg.Quota, sizer)
 	s.OnShutdown(q.Close)
 	s.logQuota(q)
-	gate := quota.NewGate(q, alarms, s.hdr.MemberID, s.lg)
 	if err := s.Metrics().Registry().Register(newAPICollector(q, alarms)); err != nil {
 		return err
 	}
-
+	gate := quota.NewGate(q, alarms, s.hdr.MemberID, s.lg)
 	kvs := kv.New(gate.CappedStore(s.kvStore()), s.hdr, kv.Config{MaxTxnOps: s.cfg.MaxTxnOps, MaxRequestBytes: s.cfg.MaxRequestBytes})
 	pb.RegisterKVServer(s.grpc, gate.KV(kvs))
 	pb.RegisterLeaseServer(s.grpc, gate.Lease(leasesvc.New(gate.CappedLessor(s.lessor), s.hdr)))
@@ -69,7 +60,30 @@ func (s *Server) registerAPI(ctx context.Context) error {
 		mc.Defragmenter = d
 	}
 	pb.RegisterMaintenanceServer(s.grpc, maintenance.New(mc))
+	return s.registerCluster(ctx)
+}
 
+// openAlarms opens the stored alarms; /health reports them, and /readyz
+// fails under CORRUPT.
+func (s *Server) openAlarms(ctx context.Context) (*alarm.Store, error) {
+	alarms, err := alarm.Open(ctx, s.db, s.lg)
+	if err != nil {
+		return nil, err
+	}
+	s.OnShutdown(alarms.Stop)
+	s.ops.alarms = alarms
+	s.AddReadyCheck("data_corruption", func(context.Context) error {
+		if alarms.Active(pb.AlarmType_CORRUPT) {
+			return errCorruptAlarm
+		}
+		return nil
+	})
+	return alarms, nil
+}
+
+// registerCluster registers this replica in the member registry and the
+// Cluster service that lists it.
+func (s *Server) registerCluster(ctx context.Context) error {
 	rc := s.cfg.Members
 	rc.ID, rc.Name, rc.ClientURLs = s.hdr.MemberID, s.cfg.Name, urlStrings(s.cfg.AdvertiseClientURLs)
 	if rc.Logger == nil {
