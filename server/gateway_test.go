@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/fdb-etcd/fdb-etcd/internal/testserver"
 	"github.com/fdb-etcd/fdb-etcd/server"
 )
@@ -168,5 +170,48 @@ func TestClientPortCORS(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "*" ||
 		resp.Header.Get("Access-Control-Allow-Headers") != "accept, content-type, authorization" {
 		t.Fatalf("preflight: %d %v", resp.StatusCode, resp.Header)
+	}
+}
+
+// TestGatewayWebsocketWatch: as etcd's, the gateway takes websocket
+// upgrades, over which a watch stream is full duplex: requests and answers
+// are messages, and a request can follow answers.
+func TestGatewayWebsocketWatch(t *testing.T) {
+	ts := testserver.Start(t, testserver.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, resp, err := websocket.DefaultDialer.DialContext(ctx, "ws"+strings.TrimPrefix(ts.Addr, "http")+"/v3/watch", nil)
+	if err != nil {
+		t.Fatalf("websocket dial: %v %v", err, resp)
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	next := func() map[string]any {
+		t.Helper()
+		var m map[string]any
+		if err := conn.ReadJSON(&m); err != nil {
+			t.Fatalf("websocket read: %v", err)
+		}
+		return m
+	}
+	send := func(msg string) {
+		t.Helper()
+		if err := conn.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"create_request":{"key":"` + b64("a") + `"}}`)
+	if m := next(); field(m, "result", "created") != true {
+		t.Fatalf("first message %v, want the creation", m)
+	}
+	if _, err := ts.Client.Put(ctx, "a", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if events, _ := field(next(), "result", "events").([]any); len(events) != 1 || field(events[0], "kv", "value") != b64("1") {
+		t.Fatalf("event message %v", events)
+	}
+	send(`{"create_request":{"key":"` + b64("b") + `","watch_id":"5"}}`)
+	if m := next(); field(m, "result", "created") != true || field(m, "result", "watch_id") != "5" {
+		t.Fatalf("second creation %v", m)
 	}
 }

@@ -276,7 +276,7 @@ func (s *Server) startGateway() *gateway.Gateway {
 		if s.cfg.DisableGRPCGateway {
 			return
 		}
-		g, err := gateway.Start(s.grpc)
+		g, err := gateway.Start(s.grpc, s.lg)
 		if err != nil {
 			s.lg.Error("JSON gateway not started", zap.Error(err))
 			return

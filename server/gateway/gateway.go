@@ -3,7 +3,7 @@
 // gRPC server and the answers back into JSON, with etcd's generated
 // grpc-gateway handlers and etcd's JSON options, so curl scripts and
 // non-Go clients get etcd's answers (streams, such as /v3/watch, as
-// newline-delimited JSON).
+// newline-delimited JSON, or as websocket messages).
 //
 // Like etcd, the gateway dials its own gRPC server, so every call passes the
 // same interceptors (metrics, slow-request log) as a gRPC client's. It dials
@@ -14,6 +14,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net"
 	"net/http"
@@ -21,7 +22,9 @@ import (
 	"sync"
 
 	gw "github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/tmc/grpc-websocket-proxy/wsproxy"
 	etcdgw "go.etcd.io/etcd/api/v3/etcdserverpb/gw"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -35,6 +38,7 @@ type Server interface {
 
 // Gateway is the /v3/ handler and its connection to the gRPC server.
 type Gateway struct {
+	lg      *zap.Logger
 	lis     *pipeListener
 	conn    *grpc.ClientConn
 	handler http.Handler
@@ -49,8 +53,8 @@ type register func(context.Context, *gw.ServeMux, *grpc.ClientConn) error
 // services; each answers what srv answers for its service, including for a
 // service srv does not implement. srv must have all its services
 // registered. Close stops both.
-func Start(srv Server) (*Gateway, error) {
-	g := &Gateway{lis: newPipeListener()}
+func Start(srv Server, lg *zap.Logger) (*Gateway, error) {
+	g := &Gateway{lg: lg, lis: newPipeListener()}
 	g.served.Add(1)
 	go func() {
 		defer g.served.Done()
@@ -92,15 +96,36 @@ func Start(srv Server) (*Gateway, error) {
 	return g, nil
 }
 
-// Handler serves /v3/ (and etcd's older /v3beta/ prefix).
+// maxWebsocketMessage is etcd's bound on one websocket message of a stream
+// (a JSON line): as large as the gRPC messages the server sends.
+const maxWebsocketMessage = math.MaxInt32
+
+// Handler serves /v3/ (and etcd's older /v3beta/ prefix). As etcd's, it
+// also accepts websocket upgrades, which carry a stream's requests and
+// answers as one message each, in both directions at once; the upgraded
+// call is a POST whatever the handshake's method.
 func (g *Gateway) Handler() http.Handler {
+	ws := wsproxy.WebsocketProxy(g.handler,
+		wsproxy.WithRequestMutator(func(_ *http.Request, out *http.Request) *http.Request {
+			out.Method = http.MethodPost
+			return out
+		}),
+		wsproxy.WithMaxRespBodyBufferSize(maxWebsocketMessage),
+		wsproxy.WithLogger(wsLogger{g.lg}),
+	)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/v3beta/") {
 			r.URL.Path = "/v3/" + strings.TrimPrefix(r.URL.Path, "/v3beta/")
 		}
-		g.handler.ServeHTTP(w, r)
+		ws.ServeHTTP(w, r)
 	})
 }
+
+// wsLogger is the websocket proxy's logger.
+type wsLogger struct{ lg *zap.Logger }
+
+func (l wsLogger) Warnln(v ...any)  { l.lg.Warn(fmt.Sprint(v...)) }
+func (l wsLogger) Debugln(v ...any) { l.lg.Debug(fmt.Sprint(v...)) }
 
 // Close ends the gateway's calls and its listener.
 func (g *Gateway) Close() {

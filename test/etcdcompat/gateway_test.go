@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
@@ -259,9 +260,76 @@ func TestGatewayWatchCompat(t *testing.T) {
 	}
 }
 
-// lineStream is one /v3/watch response body, read line by line.
+// TestGatewayWebsocketCompat: the gateway takes websocket upgrades as
+// etcd's does; over one, a watch stream is full duplex: a create request can
+// follow events.
+func TestGatewayWebsocketCompat(t *testing.T) {
+	p := startPair(t)
+	p.check(t, "setup", &pb.PutRequest{Key: []byte("ws/0"), Value: []byte("v")})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ref, cand := p.ref.websocketWatch(ctx, t), p.cand.websocketWatch(ctx, t)
+	both := func(msg string) { ref.send(t, msg); cand.send(t, msg) }
+	both(`{"create_request":{"key":"` + b64("ws/") + `","range_end":"` + b64("ws0") + `","prev_kv":true}}`)
+	ref.collect(t, 1, nil)
+	cand.collect(t, 1, nil)
+	p.check(t, "put", &pb.PutRequest{Key: []byte("ws/0"), Value: []byte("w")})
+	ref.collect(t, 1, map[string]int{"0": 1})
+	cand.collect(t, 1, map[string]int{"0": 1})
+	both(`{"create_request":{"key":"` + b64("ws/1") + `","watch_id":"9"}}`)
+	ref.collect(t, 2, nil)
+	cand.collect(t, 2, nil)
+	p.check(t, "put", &pb.PutRequest{Key: []byte("ws/1"), Value: []byte("x")})
+	ref.collect(t, 2, map[string]int{"0": 2, "9": 1})
+	cand.collect(t, 2, map[string]int{"0": 2, "9": 1})
+	both(`{"cancel_request":{"watch_id":"9"}}`)
+	ref.collect(t, 3, nil)
+	cand.collect(t, 3, nil)
+	if r, c := ref.transcript(), cand.transcript(); r != c {
+		t.Errorf("MISMATCH websocket watch transcript\n  etcd:\n%s\n  %s:\n%s", r, p.cand.name, c)
+	}
+}
+
+// websocketWatch opens /v3/watch as a websocket; each message is one line.
+func (s *server) websocketWatch(ctx context.Context, t *testing.T) *lineStream {
+	t.Helper()
+	conn, resp, err := websocket.DefaultDialer.DialContext(ctx, "ws://"+s.endpoint+"/v3/watch", nil)
+	if err != nil {
+		t.Fatalf("%s websocket: %v %v", s.name, err, resp)
+	}
+	l := newLineStream(s.name)
+	l.conn = conn
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		conn.Close()
+		<-done
+	})
+	go func() {
+		defer close(done)
+		defer close(l.lines)
+		for {
+			_, msg, err := conn.ReadMessage()
+			if err != nil {
+				return
+			}
+			l.lines <- string(bytes.TrimSpace(msg))
+		}
+	}()
+	return l
+}
+
+func (l *lineStream) send(t *testing.T, msg string) {
+	t.Helper()
+	if err := l.conn.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+		t.Fatalf("%s websocket send: %v", l.name, err)
+	}
+}
+
+// lineStream is one /v3/watch response body, read line by line, or one
+// websocket, read message by message.
 type lineStream struct {
 	name     string
+	conn     *websocket.Conn // for a websocket
 	lines    chan string
 	controls map[string][]string // by watch id: responses without events
 	events   map[string][]string // by watch id: events, flattened
@@ -277,7 +345,7 @@ func (s *server) watchStream(ctx context.Context, t *testing.T, body string) *li
 	if err != nil {
 		t.Fatalf("%s watch: %v", s.name, err)
 	}
-	l := &lineStream{name: s.name, lines: make(chan string, 64), controls: map[string][]string{}, events: map[string][]string{}}
+	l := newLineStream(s.name)
 	done := make(chan struct{})
 	t.Cleanup(func() {
 		resp.Body.Close()
@@ -293,6 +361,10 @@ func (s *server) watchStream(ctx context.Context, t *testing.T, body string) *li
 		}
 	}()
 	return l
+}
+
+func newLineStream(name string) *lineStream {
+	return &lineStream{name: name, lines: make(chan string, 64), controls: map[string][]string{}, events: map[string][]string{}}
 }
 
 // collect reads lines until there are controls responses without events
