@@ -262,8 +262,9 @@ func (s *Server) clientHTTPHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	if g := s.startGateway(); g != nil {
-		mux.Handle("/v3/", g.Handler())
-		mux.Handle("/v3beta/", g.Handler())
+		h := g.Handler()
+		mux.Handle("/v3/", h)
+		mux.Handle("/v3beta/", h)
 	}
 	return allowCORS(mux)
 }
