@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"time"
@@ -10,29 +9,22 @@ import (
 
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/owner"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
-var (
-	errNotOwner = errors.New("lease: this lessor no longer owns expiry")
-	errRenewed  = errors.New("lease: renewed since it was found expired")
-)
+var errRenewed = errors.New("lease: renewed since it was found expired")
 
-// run is the lessor's one background loop: it holds or seeks ownership,
-// promotes after taking over, and expires due leases. It sleeps on the clock
-// between wakes: the next ownership renewal, the next deadline in the index
-// window, or the next window read.
+// run is the lessor's one background loop: while this process owns expiry
+// (package owner decides) it promotes the leases once per epoch and expires
+// due ones. It sleeps on the clock between wakes: the next deadline in the
+// index window, the next window read, or a change of ownership.
 func (l *Lessor) run() {
 	defer l.wg.Done()
-	var nextRenew time.Time
 	for !l.stopped() {
-		now := l.clock.Now()
-		if !now.Before(nextRenew) {
-			l.renewOwnership(now)
-			nextRenew = now.Add(l.cfg.RenewInterval)
-		}
-		wake := nextRenew
-		st := l.state()
+		changed := l.owner.Changed()
+		st := l.adopt()
+		wake := l.clock.Now().Add(l.cfg.ScanInterval)
 		if st.owned && !st.promoted {
 			if done, err := l.promotePage(st); err == nil && !done {
 				continue
@@ -42,20 +34,14 @@ func (l *Lessor) run() {
 			st = l.state()
 		}
 		if st.owned && st.promoted {
-			next, more := l.expirePass(st, &nextRenew)
+			next, more := l.expirePass(st)
 			if more {
 				continue
 			}
-			if next.Before(wake) {
-				wake = next
-			}
+			wake = next
 		}
-		select {
-		case <-l.clock.After(wake.Sub(l.clock.Now())):
-		case <-l.stop:
-		}
+		l.clock.Sleep(wake.Sub(l.clock.Now()), l.stop, changed)
 	}
-	l.release()
 }
 
 func (l *Lessor) state() ownState {
@@ -64,83 +50,35 @@ func (l *Lessor) state() ownState {
 	return l.own
 }
 
-func (l *Lessor) lose(why string) {
+// adopt takes the elector's view. A new epoch starts unpromoted; an epoch
+// held again after its renewals lapsed for a while keeps its promotion,
+// which must happen once per epoch (leases granted since carry no stamp).
+func (l *Lessor) adopt() ownState {
+	v := l.owner.View()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.own.owned {
-		l.lg.Info("lease expiry ownership lost", zap.Uint64("epoch", l.own.epoch), zap.String("reason", why))
+	switch {
+	case !v.Held && l.own.owned:
+		l.lg.Info("lease expiry ownership lost", zap.Uint64("epoch", l.own.epoch))
 		l.cfg.Observer.SetLeaseOwner(false)
-	}
-	l.own = ownState{}
-}
-
-// renewOwnership renews this lessor's ownership, or takes it over when the
-// recorded owner's time has run out.
-func (l *Lessor) renewOwnership(now time.Time) {
-	nowN := now.UnixMicro()
-	var o owner
-	var mine bool
-	err := l.db.Update(l.ctx, func(tx storage.Tx) error {
-		cur, err := readOwner(tx)
-		if err != nil {
-			return err
-		}
-		switch {
-		case cur.ID == l.cfg.ID && cur.Epoch != 0:
-			o = owner{ID: l.cfg.ID, Epoch: cur.Epoch, Until: addSat(nowN, l.cfg.OwnerTTL)}
-		case cur.Until < nowN:
-			o = owner{ID: l.cfg.ID, Epoch: cur.Epoch + 1, Until: addSat(nowN, l.cfg.OwnerTTL)}
-		default:
-			o, mine = cur, false
-			return nil
-		}
-		mine = true
-		tx.Set(ownerKey, o.encode())
-		return nil
-	})
-	if err != nil {
-		if l.ctx.Err() == nil {
-			l.lg.Warn("lease ownership renewal failed", zap.Error(err))
-		}
-		return
-	}
-	if !mine {
-		l.lose("another lessor owns expiry")
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.own.owned || l.own.epoch != o.Epoch {
-		l.lg.Info("lease expiry ownership acquired", zap.Uint64("epoch", o.Epoch), zap.Uint64("owner", o.ID))
-		l.own = ownState{owned: true, epoch: o.Epoch}
+		l.own.owned = false
+	case v.Held && !l.own.owned:
+		l.lg.Info("lease expiry ownership acquired", zap.Uint64("epoch", v.Epoch))
 		l.cfg.Observer.SetLeaseOwner(true)
+		if l.own.epoch != v.Epoch {
+			l.own = ownState{epoch: v.Epoch}
+		}
+		l.own.owned = true
+	case v.Held && l.own.epoch != v.Epoch:
+		l.own = ownState{owned: true, epoch: v.Epoch}
 	}
+	return l.own
 }
 
-// release hands ownership back on Stop so that a successor need not wait
-// for it to time out.
-func (l *Lessor) release() {
-	l.mu.Lock()
-	st, skip := l.own, l.skipRelease
-	l.own = ownState{}
-	l.mu.Unlock()
-	if !st.owned || skip {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := l.db.Update(ctx, func(tx storage.Tx) error {
-		cur, err := readOwner(tx)
-		if err != nil || cur.ID != l.cfg.ID || cur.Epoch != st.epoch {
-			return err
-		}
-		cur.Until = 0
-		tx.Set(ownerKey, cur.encode())
-		return nil
-	})
-	if err != nil {
-		l.lg.Warn("releasing lease expiry ownership", zap.Error(err))
-	}
+// holds reports whether this process still owns expiry in epoch.
+func (l *Lessor) holds(epoch uint64) bool {
+	v := l.owner.View()
+	return v.Held && v.Epoch == epoch
 }
 
 // promotePage extends one page of leases by Extend, as etcd's Promote does
@@ -156,12 +94,8 @@ func (l *Lessor) promotePage(st ownState) (done bool, err error) {
 	err = l.db.Update(l.ctx, func(tx storage.Tx) error {
 		next, extended = nil, 0
 		now := l.clock.Now().UnixMicro()
-		o, err := readOwner(tx)
-		if err != nil {
+		if err := l.owner.Fence(tx, st.epoch); err != nil {
 			return err
-		}
-		if o.ID != l.cfg.ID || o.Epoch != st.epoch {
-			return errNotOwner
 		}
 		kvs, err := tx.GetRange(begin, end, storage.RangeOptions{Limit: l.cfg.PromotePage})
 		if err != nil {
@@ -191,9 +125,8 @@ func (l *Lessor) promotePage(st ownState) (done bool, err error) {
 		}
 		return nil
 	})
-	if errors.Is(err, errNotOwner) {
-		l.lose("superseded during promotion")
-		return false, nil
+	if errors.Is(err, owner.ErrNotOwner) {
+		return false, nil // the next adopt sees the new owner
 	}
 	if err != nil {
 		return false, err
@@ -228,7 +161,7 @@ const (
 // expirePass reads the index window, expires what is due, and returns when
 // to wake next; more means the window was full of due leases and the caller
 // should go again at once.
-func (l *Lessor) expirePass(st ownState, nextRenew *time.Time) (next time.Time, more bool) {
+func (l *Lessor) expirePass(st ownState) (next time.Time, more bool) {
 	now := l.clock.Now()
 	nowN := now.UnixMicro()
 	horizon := now.Add(l.cfg.ScanInterval)
@@ -287,22 +220,14 @@ func (l *Lessor) expirePass(st ownState, nextRenew *time.Time) (next time.Time, 
 				failed = true
 			}
 		}
-		// A long pass must not let ownership lapse.
-		if t := l.clock.Now(); !lost && !t.Before(*nextRenew) {
-			l.renewOwnership(t)
-			*nextRenew = t.Add(l.cfg.RenewInterval)
-			if s := l.state(); !s.owned || s.epoch != st.epoch {
-				lost = true
-			}
-		}
-	}
-	if lost {
-		l.lose("fenced off while expiring")
+		// A pass that outlives the epoch stops; the new owner goes on.
+		lost = lost || !l.holds(st.epoch)
 	}
 	l.clearStale(stale)
 	more = !lost && !failed && len(entries) == l.cfg.ExpireBatch && len(due) == len(entries)
-	if failed {
-		next = now.Add(min(l.cfg.ScanInterval, l.cfg.RenewInterval))
+	if failed || lost {
+		// Try again a scan later; a change of owner wakes the loop sooner.
+		next = horizon
 	}
 	return next, more
 }
@@ -311,12 +236,11 @@ func (l *Lessor) expirePass(st ownState, nextRenew *time.Time) (next time.Time, 
 // owns expiry in epoch, both checked inside the revoke's transaction.
 func (l *Lessor) expire(epoch uint64, id int64, nowN int64) outcome {
 	fence := func(tx storage.ReadTx) error {
-		o, err := readOwner(tx)
-		if err != nil {
+		if err := l.owner.Fence(tx, epoch); err != nil {
+			if errors.Is(err, owner.ErrNotOwner) {
+				return &mvcc.FenceError{Err: err}
+			}
 			return err
-		}
-		if o.ID != l.cfg.ID || o.Epoch != epoch {
-			return &mvcc.FenceError{Err: errNotOwner}
 		}
 		v, err := tx.Get(keyspace.Lease(id))
 		if err != nil || v == nil {
@@ -340,7 +264,7 @@ func (l *Lessor) expire(epoch uint64, id int64, nowN int64) outcome {
 		return outExpired
 	case errors.Is(err, mvcc.ErrLeaseNotFound):
 		return outExpired
-	case errors.Is(err, errNotOwner):
+	case errors.Is(err, owner.ErrNotOwner):
 		return outNotOwner
 	case errors.Is(err, errRenewed):
 		return outRenewed

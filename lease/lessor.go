@@ -12,18 +12,28 @@
 // resets every lease to its full TTL on restart or leader change; here a
 // restart keeps the remaining TTL (kine #581).
 //
-// Expiry. Exactly one lessor expires leases at a time: the owner recorded in
-// a singleton key with an epoch and a held-until time that it renews every
-// RenewInterval. Another lessor takes over, with the next epoch, only once
-// held-until has passed. Each expiry is a mvcc revoke (all keys in one
-// revision) whose fence re-reads the ownership key and the lease's deadline
-// in the same transaction, so a deposed owner never deletes and a lease
-// renewed at another process in the meantime survives. A new owner first
-// extends every lease like etcd's Promote(extend): deadline' =
+// Expiry. Exactly one lessor expires leases at a time: the one in the
+// process that owns writes (package owner), so that expiry revokes commit
+// through the same sequencer as every forwarded write instead of
+// conflicting with it. Each expiry is a mvcc revoke (all keys in one
+// revision) whose fence re-reads the ownership record and the lease's
+// deadline in the same transaction, so a deposed owner never deletes and a
+// lease renewed at another process in the meantime survives. A new owner
+// first extends every lease like etcd's Promote(extend): deadline' =
 // max(deadline, now) + Extend, so no lease expires early because of a
 // failover or restart. The owner's expiry timers come from a window of the
 // deadline index (deadlines within ScanInterval) re-read at each wake; since
 // ScanInterval <= MinTTL, a lease granted anywhere is seen before it is due.
+//
+// Past its deadline a lease cannot be renewed, as with etcd's lessor: a
+// keep-alive that finds it due waits until the owner's revoke commits and
+// answers ErrLeaseNotFound (or, if a new owner's promotion extended it in
+// the meantime, renews it), and a renewal's transaction refuses a deadline
+// already past.
+//
+// Clocks. Deadlines are wall-clock instants written by the process that
+// grants or renews and compared by the owner, so skew between processes
+// moves expiry; docs/operations.md states the bound.
 package lease
 
 import (
@@ -38,8 +48,10 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.uber.org/zap"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/clock"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/owner"
 	"github.com/fdb-etcd/fdb-etcd/revision"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
@@ -64,7 +76,7 @@ type Config struct {
 	// ownership changes (the server's metrics); nil means nobody.
 	Observer Observer
 	// Clock defaults to the system clock.
-	Clock Clock
+	Clock clock.Clock
 	// MinTTL is the smallest TTL granted, in seconds; shorter requests are
 	// raised to it. etcd derives it from its election timeout: with the
 	// default 100 ms heartbeat and 1 s election timeout it is 2.
@@ -72,11 +84,6 @@ type Config struct {
 	// Extend is added to every lease's remaining time when a lessor becomes
 	// the owner (etcd's Promote(electionTimeout)); default 1 s.
 	Extend time.Duration
-	// OwnerTTL is how long ownership lasts without renewal, so the longest
-	// failover; default 5 s. RenewInterval is how often the owner renews and
-	// the others check; default OwnerTTL/4.
-	OwnerTTL      time.Duration
-	RenewInterval time.Duration
 	// ScanInterval bounds the time between two reads of the deadline index
 	// by the owner; it is capped at MinTTL. Default 1 s.
 	ScanInterval time.Duration
@@ -92,8 +99,6 @@ type Config struct {
 	ExpireConcurrency int
 	// PromotePage bounds the leases one promotion transaction extends.
 	PromotePage int
-	// ID identifies this lessor as an owner; zero picks a random one.
-	ID uint64
 }
 
 func (c *Config) defaults() {
@@ -101,7 +106,7 @@ func (c *Config) defaults() {
 		c.Logger = zap.NewNop()
 	}
 	if c.Clock == nil {
-		c.Clock = RealClock{}
+		c.Clock = clock.Real{}
 	}
 	if c.MinTTL <= 0 {
 		c.MinTTL = 2
@@ -111,12 +116,6 @@ func (c *Config) defaults() {
 	}
 	if c.Extend <= 0 {
 		c.Extend = time.Second
-	}
-	if c.OwnerTTL <= 0 {
-		c.OwnerTTL = 5 * time.Second
-	}
-	if c.RenewInterval <= 0 || c.RenewInterval > c.OwnerTTL/2 {
-		c.RenewInterval = c.OwnerTTL / 4
 	}
 	if c.ScanInterval <= 0 {
 		c.ScanInterval = time.Second
@@ -140,9 +139,6 @@ func (c *Config) defaults() {
 	if c.PromotePage <= 0 {
 		c.PromotePage = 1000
 	}
-	for c.ID == 0 {
-		c.ID = rand.Uint64()
-	}
 }
 
 // Store is what the lessor needs from the data model.
@@ -155,9 +151,10 @@ type Store interface {
 type Lessor struct {
 	cfg   Config
 	lg    *zap.Logger
-	clock Clock
+	clock clock.Clock
 	store Store
 	db    storage.DB
+	owner *owner.Elector
 
 	writes     chan *writeReq
 	writerDone chan struct{}
@@ -167,10 +164,8 @@ type Lessor struct {
 	wg         sync.WaitGroup
 	stopOnce   sync.Once
 
-	// own is the run loop's view of ownership; the loop alone writes it.
-	mu          sync.Mutex
-	own         ownState
-	skipRelease bool // tests: stop as if the process died
+	mu  sync.Mutex
+	own ownState // guarded by mu; the run loop alone writes it
 }
 
 type ownState struct {
@@ -180,12 +175,13 @@ type ownState struct {
 	cursor   []byte // the promotion's next lease record
 }
 
-// New starts a lessor on store. Stop it before closing the store.
-func New(store Store, cfg Config) *Lessor {
+// New starts a lessor on store that expires leases while own says this
+// process is the owner. Stop it before stopping own and closing the store.
+func New(store Store, own *owner.Elector, cfg Config) *Lessor {
 	cfg.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lessor{
-		cfg: cfg, lg: cfg.Logger, clock: cfg.Clock, store: store, db: store.DB(),
+		cfg: cfg, lg: cfg.Logger, clock: cfg.Clock, store: store, db: store.DB(), owner: own,
 		writes: make(chan *writeReq, cfg.WriteBatch), writerDone: make(chan struct{}),
 		stop: make(chan struct{}),
 		ctx:  ctx, cancel: cancel,
@@ -196,8 +192,8 @@ func New(store Store, cfg Config) *Lessor {
 	return l
 }
 
-// Stop ends expiry, hands ownership back so another lessor (or this store's
-// next process) takes over at once, and fails further calls with ErrStopped.
+// Stop ends expiry and fails further calls with ErrStopped; handing
+// ownership over is the elector's Stop.
 func (l *Lessor) Stop() {
 	l.stopOnce.Do(func() {
 		close(l.stop)
@@ -285,13 +281,50 @@ func (l *Lessor) Revoke(ctx context.Context, id int64) (int64, error) {
 }
 
 // Renew renews a lease for its TTL and returns the TTL and the revision read
-// before the renewal; an unknown lease is ErrLeaseNotFound.
+// before the renewal; an unknown lease is ErrLeaseNotFound. A lease past its
+// deadline is not renewed: as etcd's lessor does, Renew waits for the
+// owner's revoke and then answers ErrLeaseNotFound, or renews the lease if
+// a new owner's promotion extended it in the meantime.
 func (l *Lessor) Renew(ctx context.Context, id int64) (ttl, rev int64, err error) {
 	if l.stopped() {
 		return 0, 0, ErrStopped
 	}
-	var rec record
-	var found bool
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(l.ctx, cancel)()
+	for {
+		var raw []byte
+		var rec record
+		raw, rec, rev, err = l.readRecord(ctx, id)
+		if err != nil {
+			return 0, rev, l.stoppedOr(err)
+		}
+		now := l.clock.Now().UnixMicro()
+		switch {
+		case rec.Deadline <= now:
+			err = l.db.WaitChange(ctx, keyspace.Lease(id), raw)
+		case rec.Deadline >= addSat(now, ttlDuration(rec.TTL)):
+			l.cfg.Observer.LeaseRenewed()
+			return rec.TTL, rev, nil // a durable deadline already covers it
+		default:
+			var res writeRes
+			if res, err = l.submit(ctx, &writeReq{id: id}); err == nil {
+				l.cfg.Observer.LeaseRenewed()
+				return res.ttl, rev, nil
+			}
+			if errors.Is(err, errExpired) {
+				err = nil // due by the time it committed: wait as above
+			}
+		}
+		if err != nil {
+			return 0, rev, l.stoppedOr(err)
+		}
+	}
+}
+
+// readRecord reads lease id's stored record and the current revision; an
+// absent record is ErrLeaseNotFound.
+func (l *Lessor) readRecord(ctx context.Context, id int64) (raw []byte, rec record, rev int64, err error) {
 	err = l.db.View(ctx, func(tx storage.ReadTx) error {
 		vals, err := tx.GetMany([][]byte{keyspace.Lease(id), keyspace.Head})
 		if err != nil {
@@ -301,29 +334,26 @@ func (l *Lessor) Renew(ctx context.Context, id int64) (ttl, rev int64, err error
 		if err != nil {
 			return err
 		}
-		rev, found = h.Rev, vals[0] != nil
-		if found {
-			rec, err = decodeRecord(vals[0])
-		}
-		return err
+		rev, raw = h.Rev, vals[0]
+		return nil
 	})
 	if err != nil {
-		return 0, 0, err
+		return nil, record{}, rev, err
 	}
-	if !found {
-		return 0, rev, ErrLeaseNotFound
+	if raw == nil {
+		return nil, record{}, rev, ErrLeaseNotFound
 	}
-	now := l.clock.Now().UnixMicro()
-	if rec.Deadline >= addSat(now, ttlDuration(rec.TTL)) {
-		l.cfg.Observer.LeaseRenewed()
-		return rec.TTL, rev, nil // a durable deadline already covers it
+	rec, err = decodeRecord(raw)
+	return raw, rec, rev, err
+}
+
+// stoppedOr is ErrStopped once Stop has begun (it cancels calls in
+// flight), else err.
+func (l *Lessor) stoppedOr(err error) error {
+	if l.ctx.Err() != nil {
+		return ErrStopped
 	}
-	res, err := l.submit(ctx, &writeReq{id: id})
-	if err != nil {
-		return 0, rev, err
-	}
-	l.cfg.Observer.LeaseRenewed()
-	return res.ttl, rev, nil
+	return err
 }
 
 // Status is a lease's state as LeaseTimeToLive reports it.

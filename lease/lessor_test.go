@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,10 +14,11 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/clock/fakeclock"
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
-	"github.com/fdb-etcd/fdb-etcd/lease/leasetest"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/owner"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/faulty"
 	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
@@ -35,10 +37,33 @@ type world struct {
 type node struct {
 	w     *world
 	l     *Lessor
+	own   *owner.Elector
+	db    *crashable // the elector's handle on the store
 	store *mvcc.Store
-	clk   *leasetest.Clock
+	clk   *fakeclock.Clock
 	dead  bool
 }
+
+// crashable is a node's elector's view of the store: after a crash its
+// writes fail, so that stopping it hands nothing back, as when the process
+// dies.
+type crashable struct {
+	storage.DB
+	crashed atomic.Bool
+}
+
+var errCrashed = errors.New("test: process crashed")
+
+func (c *crashable) Update(ctx context.Context, fn func(storage.Tx) error) error {
+	if c.crashed.Load() {
+		return errCrashed
+	}
+	return c.DB.Update(ctx, fn)
+}
+
+// loops is how many loops sleep on a node's clock: the elector's and the
+// lessor's.
+const loops = 2
 
 var epoch0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -74,16 +99,23 @@ func (w *world) cfg(c Config) Config {
 // add starts a lessor and waits until its loop sleeps.
 func (w *world) add(c Config) *node {
 	w.t.Helper()
+	return w.addSkewed(c, 0)
+}
+
+// addSkewed starts a lessor whose clock reads skew ahead of the world's.
+func (w *world) addSkewed(c Config, skew time.Duration) *node {
+	w.t.Helper()
 	store, err := mvcc.Open(w.db, mvcc.Config{})
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	n := &node{w: w, store: store, clk: leasetest.NewClock(w.now)}
+	n := &node{w: w, store: store, clk: fakeclock.New(w.now.Add(skew)), db: &crashable{DB: w.db}}
 	c = w.cfg(c)
 	c.Clock = n.clk
-	n.l = New(store, c)
+	n.own = owner.Start(n.db, owner.Config{TTL: 5 * time.Second, Clock: n.clk, Logger: c.Logger})
+	n.l = New(store, n.own, c)
 	w.nodes = append(w.nodes, n)
-	n.clk.BlockUntil(w.t, 1)
+	n.clk.BlockUntil(w.t, loops)
 	return n
 }
 
@@ -93,14 +125,13 @@ func (n *node) stop() {
 	}
 	n.dead = true
 	n.l.Stop()
+	n.own.Stop()
 	n.store.Close()
 }
 
 // crash stops a lessor as if its process died: ownership is not handed back.
 func (n *node) crash() {
-	n.l.mu.Lock()
-	n.l.skipRelease = true
-	n.l.mu.Unlock()
+	n.db.crashed.Store(true)
 	n.stop()
 }
 
@@ -111,7 +142,7 @@ func (w *world) advance(d time.Duration) {
 	for _, n := range w.nodes {
 		if !n.dead {
 			n.clk.Advance(d)
-			n.clk.BlockUntil(w.t, 1)
+			n.clk.BlockUntil(w.t, loops)
 		}
 	}
 }
@@ -460,7 +491,7 @@ func TestRestartKeepsRemainingTTL(t *testing.T) {
 			w2.now = w.now
 			n2 := w2.add(Config{})
 			if crash {
-				// The dead owner's time must run out first (at most OwnerTTL).
+				// The dead owner's record must stand still for the ownership TTL first.
 				if own, _ := n2.l.Owner(); own {
 					t.Fatal("took over from a crashed owner before its ownership lapsed")
 				}
@@ -574,7 +605,7 @@ func TestTwoLessorsExpireExactlyOnce(t *testing.T) {
 		t.Fatalf("non-owner's expiry: outcome %d, want fenced", out)
 	}
 	for _, n := range w.nodes {
-		n.clk.BlockUntil(t, 1)
+		n.clk.BlockUntil(t, loops)
 	}
 	if a.alive(t, 98) || a.count(t, "y") != 0 {
 		t.Fatal("lease 98 not expired by the owner")
@@ -642,7 +673,7 @@ func TestDeposedOwnerIsFenced(t *testing.T) {
 
 	// Only b's clock moves: a does not renew.
 	b.clk.Advance(7 * time.Second)
-	b.clk.BlockUntil(t, 1)
+	b.clk.BlockUntil(t, loops)
 	if own, epoch := b.l.Owner(); !own || epoch != epochA+1 {
 		t.Fatalf("b did not take over: %t %d", own, epoch)
 	}
@@ -657,18 +688,18 @@ func TestDeposedOwnerIsFenced(t *testing.T) {
 		t.Fatal("deposed owner deleted")
 	}
 	a.clk.Advance(7 * time.Second)
-	a.clk.BlockUntil(t, 1)
+	a.clk.BlockUntil(t, loops)
 	if own, _ := a.l.Owner(); own {
 		t.Fatal("a still believes it owns expiry")
 	}
 	// b extended lease 1 on takeover: due at 10 s + 1 s.
 	b.clk.Advance(3900 * time.Millisecond)
-	b.clk.BlockUntil(t, 1)
+	b.clk.BlockUntil(t, loops)
 	if !b.alive(t, 1) {
 		t.Fatal("expired before deadline + Extend")
 	}
 	b.clk.Advance(200 * time.Millisecond)
-	b.clk.BlockUntil(t, 1)
+	b.clk.BlockUntil(t, loops)
 	if b.alive(t, 1) || b.count(t, "k") != 0 {
 		t.Fatal("new owner did not expire")
 	}
@@ -822,6 +853,9 @@ func TestPromotionPagesAndIdempotence(t *testing.T) {
 	fdb.SetOptions(faulty.Options{Seed: 3, CommitUnknownProbability: 0.5, RetryProbability: 0.2})
 	w.now = w.now.Add(10 * time.Second)
 	b := w.add(Config{PromotePage: 7})
+	// b saw a's record at start; it takes over once the record has stood
+	// still for the ownership TTL by b's own clock.
+	w.step(6*time.Second, time.Second)
 	if own, epoch := b.l.Owner(); !own || epoch != 2 {
 		t.Fatalf("b owner %t epoch %d", own, epoch)
 	}
@@ -852,5 +886,107 @@ func TestStopFailsCalls(t *testing.T) {
 	b := w.add(Config{})
 	if own, _ := b.l.Owner(); !own {
 		t.Fatal("successor did not take over a released ownership")
+	}
+}
+
+// TestKeepAlivePastDeadlineDoesNotRevive: between a lease's deadline and
+// the commit of its revoke, a keep-alive must not extend it (etcd's lessor
+// refuses to renew an expired lease): the renewal's transaction refuses the
+// due lease, and Renew waits for the revoke, then answers not found.
+func TestKeepAlivePastDeadlineDoesNotRevive(t *testing.T) {
+	w := newWorld(t, nil)
+	a := w.add(Config{}) // the owner
+	b := w.add(Config{})
+	a.grant(t, 1, 2)
+	a.put(t, "k", 1)
+	// b's clock passes the deadline; the owner's has not reached it, so the
+	// lease is due but not revoked (for milliseconds normally, for seconds
+	// when many leases come due together).
+	b.clk.Advance(3 * time.Second)
+	b.clk.BlockUntil(t, loops)
+	before, _ := storedRecord(t, w.db, 1)
+	if _, err := b.l.submit(ctx(t), &writeReq{id: 1}); !errors.Is(err, errExpired) {
+		t.Fatalf("renewal commit of a due lease: %v, want errExpired", err)
+	}
+	short, cancel := context.WithTimeout(ctx(t), time.Second)
+	defer cancel()
+	if _, _, err := b.l.Renew(short, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("renewal of a due lease = %v; want it to wait for the revoke", err)
+	}
+	if rec, _ := storedRecord(t, w.db, 1); rec.Deadline != before.Deadline {
+		t.Fatalf("a renewal past the deadline moved it to %v", time.UnixMicro(rec.Deadline))
+	}
+	done := make(chan error, 1)
+	c := ctx(t)
+	go func() {
+		_, _, err := b.l.Renew(c, 1)
+		done <- err
+	}()
+	a.clk.Advance(3 * time.Second)
+	a.clk.BlockUntil(t, loops)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrLeaseNotFound) {
+			t.Fatalf("waiting renewal answered %v after the revoke, want ErrLeaseNotFound", err)
+		}
+	case <-c.Done():
+		t.Fatal("waiting renewal did not return after the revoke")
+	}
+	if a.count(t, "k") != 0 || a.alive(t, 1) {
+		t.Fatal("the due lease survived")
+	}
+}
+
+// TestKeepAliveWaitingAcrossFailoverRenews: a keep-alive waiting for a due
+// lease's revoke when the owner dies is answered once the new owner's
+// promotion extends the lease: it renews it, as etcd's client does by
+// retrying its keep-alive at the new leader.
+func TestKeepAliveWaitingAcrossFailoverRenews(t *testing.T) {
+	w := newWorld(t, nil)
+	a := w.add(Config{})
+	b := w.add(Config{})
+	a.grant(t, 1, 2)
+	a.put(t, "k", 1)
+	b.clk.Advance(3 * time.Second)
+	b.clk.BlockUntil(t, loops)
+	done := make(chan error, 1)
+	c := ctx(t)
+	go func() {
+		_, _, err := b.l.Renew(c, 1)
+		done <- err
+	}()
+	a.crash()
+	// a's record, unchanged since b's start, lapses at 5 s by b's clock.
+	w.step(2*time.Second, time.Second)
+	if own, _ := b.l.Owner(); !own {
+		t.Fatal("b did not take over")
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("waiting renewal after the takeover: %v", err)
+		}
+	case <-c.Done():
+		t.Fatal("waiting renewal did not return after the takeover's promotion")
+	}
+	rec, _ := storedRecord(t, w.db, 1)
+	if want := b.clk.Now().Add(2 * time.Second).UnixMicro(); rec.Deadline < want {
+		t.Fatalf("deadline after the renewal %v, want at least now+TTL %v", time.UnixMicro(rec.Deadline), time.UnixMicro(want))
+	}
+}
+
+// TestOwnershipIgnoresClockSkew: a process whose wall clock is an hour ahead
+// does not take expiry over from a live owner, and leases it renews are
+// expired by the owner only.
+func TestOwnershipIgnoresClockSkew(t *testing.T) {
+	w := newWorld(t, nil)
+	a := w.add(Config{})
+	ahead := w.addSkewed(Config{}, time.Hour)
+	w.step(20*time.Second, time.Second)
+	if own, _ := ahead.l.Owner(); own {
+		t.Fatal("the process with a clock an hour ahead took expiry over from a live owner")
+	}
+	if own, epoch := a.l.Owner(); !own || epoch != 1 {
+		t.Fatalf("a: owner %t epoch %d, want still epoch 1", own, epoch)
 	}
 }

@@ -13,18 +13,16 @@ import (
 // Stored state of the lease layer. mvcc owns the lease record key (it checks
 // a record exists before attaching a key and removes it on revoke) and the
 // attachments; the lessor owns the record's value and two families under
-// keyspace.Singleton:
+// keyspace.Singleton (expiry ownership is package owner's record):
 //
 //	keyspace.Lease(id)                     record: granted TTL, deadline, grant nonce, promotion epoch
 //	Singleton("lease/expiry/") d id        deadline index: one entry per record, ordered by deadline
-//	Singleton("lease/owner")               expiry ownership: owner id, epoch, held-until
 //
 // Every write of a record's deadline moves its index entry in the same
 // transaction. mvcc's revoke clears the record but not the index entry; the
 // expiring owner clears such stale entries when it reaches them.
 
 var (
-	ownerKey    = keyspace.Singleton("lease/owner")
 	indexPrefix = keyspace.Singleton("lease/expiry/")
 	indexEnd    = storage.Strinc(indexPrefix)
 )
@@ -34,7 +32,7 @@ const recordVersion = 1
 // record is a lease's stored value.
 type record struct {
 	TTL      int64  // granted TTL in seconds, after the minimum was applied
-	Deadline int64  // unix microseconds at which the lease expires
+	Deadline int64  // unix microseconds at which the lease expires, by the wall clock of the process that wrote it
 	Nonce    uint64 // identifies the grant, so a retried grant recognises itself
 	Epoch    uint64 // the ownership epoch that last extended it on promotion
 }
@@ -62,42 +60,6 @@ func decodeRecord(b []byte) (record, error) {
 		Nonce:    binary.BigEndian.Uint64(b[17:]),
 		Epoch:    binary.BigEndian.Uint64(b[25:]),
 	}, nil
-}
-
-// owner is the ownership singleton: which lessor expires leases, in which
-// epoch, and until when (unix microseconds) unless it renews.
-type owner struct {
-	ID    uint64
-	Epoch uint64
-	Until int64
-}
-
-func (o owner) encode() []byte {
-	out := binary.BigEndian.AppendUint64(nil, o.ID)
-	out = binary.BigEndian.AppendUint64(out, o.Epoch)
-	return binary.BigEndian.AppendUint64(out, uint64(o.Until))
-}
-
-func decodeOwner(b []byte) (owner, error) {
-	if b == nil {
-		return owner{}, nil
-	}
-	if len(b) != 24 {
-		return owner{}, errCorrupt
-	}
-	return owner{
-		ID:    binary.BigEndian.Uint64(b),
-		Epoch: binary.BigEndian.Uint64(b[8:]),
-		Until: int64(binary.BigEndian.Uint64(b[16:])),
-	}, nil
-}
-
-func readOwner(tx storage.ReadTx) (owner, error) {
-	v, err := tx.Get(ownerKey)
-	if err != nil {
-		return owner{}, err
-	}
-	return decodeOwner(v)
 }
 
 // indexKey is the deadline-index entry of lease id expiring at deadline.

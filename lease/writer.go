@@ -2,12 +2,17 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/revision"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
+
+// errExpired refuses a renewal of a lease whose stored deadline has passed:
+// it is due for revocation and, as in etcd, cannot be revived.
+var errExpired = errors.New("lease: past its deadline")
 
 // writeReq is a grant or a renewal waiting for the group commit.
 type writeReq struct {
@@ -140,6 +145,8 @@ func (l *Lessor) commitWrites(batch []*writeReq) {
 				results[i] = writeRes{ttl: r.ttl}
 			case !s.exists:
 				results[i] = writeRes{err: ErrLeaseNotFound}
+			case s.rec.Deadline <= now:
+				results[i] = writeRes{err: errExpired}
 			default:
 				d := addSat(addSat(now, ttlDuration(s.rec.TTL)), l.slack(s.rec.TTL))
 				if d > s.rec.Deadline {

@@ -158,7 +158,7 @@ func (s *Store) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.
 
 // Txn runs a transaction; read-only ones never enter the write path.
 func (s *Store) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	if txnReadOnly(r) {
+	if TxnReadOnly(r) {
 		return s.readTxn(ctx, r)
 	}
 	resp, err := s.write(ctx, r, proto.Size(r))
@@ -166,19 +166,6 @@ func (s *Store) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, err
 		return nil, err
 	}
 	return resp.(*pb.TxnResponse), nil
-}
-
-// txnReadOnly mirrors etcd: only top-level ops decide, and a nested Txn makes
-// a Txn a write.
-func txnReadOnly(r *pb.TxnRequest) bool {
-	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		for _, op := range ops {
-			if op.GetRequestRange() == nil {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 func (s *Store) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {

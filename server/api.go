@@ -25,9 +25,10 @@ import (
 var errCorruptAlarm = errors.New("alarm CORRUPT raised")
 
 // registerAPI registers the KV, Lease, Maintenance and Cluster services:
-// writes pass the backend quota and the stored alarms as in etcd, and the
-// member list comes from the registry every replica keeps in the store.
-func (s *Server) registerAPI(ctx context.Context) error {
+// writes (through kvStore and lessor, see writeRoutes) pass the backend
+// quota and the stored alarms as in etcd, and the member list comes from
+// the registry every replica keeps in the store.
+func (s *Server) registerAPI(ctx context.Context, kvStore kv.Store, lessor leasesvc.Lessor) error {
 	alarms, err := s.openAlarms(ctx)
 	if err != nil {
 		return err
@@ -43,9 +44,9 @@ func (s *Server) registerAPI(ctx context.Context) error {
 		return err
 	}
 	gate := quota.NewGate(q, alarms, s.hdr.MemberID, s.lg)
-	kvs := kv.New(gate.CappedStore(s.kvStore()), s.hdr, kv.Config{MaxTxnOps: s.cfg.MaxTxnOps, MaxRequestBytes: s.cfg.MaxRequestBytes})
+	kvs := kv.New(gate.CappedStore(kvStore), s.hdr, kv.Config{MaxTxnOps: s.cfg.MaxTxnOps, MaxRequestBytes: s.cfg.MaxRequestBytes})
 	pb.RegisterKVServer(s.grpc, gate.KV(kvs))
-	pb.RegisterLeaseServer(s.grpc, gate.Lease(leasesvc.New(gate.CappedLessor(s.lessor), s.hdr)))
+	pb.RegisterLeaseServer(s.grpc, gate.Lease(leasesvc.New(gate.CappedLessor(lessor), s.hdr)))
 
 	mc := maintenance.Config{
 		Store:  s.store,

@@ -26,10 +26,12 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/owner"
 	"github.com/fdb-etcd/fdb-etcd/server/cluster"
 	"github.com/fdb-etcd/fdb-etcd/server/forward"
 	"github.com/fdb-etcd/fdb-etcd/server/header"
 	"github.com/fdb-etcd/fdb-etcd/server/kv"
+	leasesvc "github.com/fdb-etcd/fdb-etcd/server/lease"
 	"github.com/fdb-etcd/fdb-etcd/server/quota"
 	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig"
 	"github.com/fdb-etcd/fdb-etcd/server/watch"
@@ -75,11 +77,13 @@ type Config struct {
 	WarningApplyDuration time.Duration
 	// BuildVersion is fdb-etcd's own version, for fdb_etcd_build_info.
 	BuildVersion string
-	// ForwardWrites sends writes to the replica that owns revision
-	// allocation (server/forward), for backends that several replicas
-	// share; Forward tunes it (its ID, URL and Logger are filled in here).
+	// ForwardWrites sends writes to the replica that owns them
+	// (server/forward), for backends that several replicas share.
 	ForwardWrites bool
-	Forward       forward.Config
+	// Owner tunes the election of the replica that owns writes and lease
+	// expiry; its URL and Logger are filled in here, and its Clock is
+	// the lessor's unless set.
+	Owner owner.Config
 	// Quota is --quota-backend-bytes: writes that would take the store past
 	// it are refused and raise the NOSPACE alarm (package quota).
 	Quota quota.Config
@@ -136,7 +140,9 @@ type Server struct {
 	lg     *zap.Logger
 	db     storage.DB
 	store  *mvcc.Store
+	owner  *owner.Elector
 	lessor *lease.Lessor
+	peers  *forward.Peers // nil without ForwardWrites
 	watch  *watch.Server
 	hdr    header.Filler
 	grpc   *grpc.Server
@@ -168,10 +174,7 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, lg: cfg.Logger, db: db, store: store, ops: o}
 	s.hdr = header.Filler{ClusterID: clusterID, MemberID: memberID(clusterID, cfg.Name)}
-	if cfg.Lease.Logger == nil {
-		cfg.Lease.Logger = cfg.Logger
-	}
-	s.lessor = lease.New(store, cfg.Lease)
+	s.startOwnership()
 
 	s.grpc = grpc.NewServer(append(o.grpcOptions(&cfg),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
@@ -192,37 +195,68 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 			Timeout: cfg.GRPCKeepAliveTimeout,
 		}),
 	)...)
-	if err := s.registerAPI(context.Background()); err != nil {
+	kvStore, lessor := s.writeRoutes()
+	if err := s.registerAPI(context.Background(), kvStore, lessor); err != nil {
 		s.runShutdownHooks()
+		s.stopOwnership()
+		store.Close()
 		return nil, err
 	}
 	if err := s.startWatch(); err != nil {
 		s.runShutdownHooks()
+		s.stopOwnership()
+		store.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// kvStore is what the KV service writes through: the store itself, or a
-// forwarder that sends writes to the revision owner.
-func (s *Server) kvStore() kv.Store {
+// startOwnership starts this replica's part in the election of the owner
+// of writes and lease expiry, and the lessor that expires leases while this
+// replica owns them. Ownership is handed over first thing on shutdown, so
+// that another replica takes writes and expiry over during the drain.
+func (s *Server) startOwnership() {
+	oc := s.cfg.Owner
+	oc.Logger = s.lg
+	if oc.Clock == nil {
+		oc.Clock = s.cfg.Lease.Clock // one clock drives both (tests inject one)
+	}
+	if s.cfg.ForwardWrites {
+		if us := s.cfg.AdvertiseClientURLs; len(us) > 0 {
+			oc.URL = us[0].String()
+		} else if us := s.cfg.ListenClientURLs; len(us) > 0 {
+			oc.URL = us[0].String()
+		}
+	}
+	s.owner = owner.Start(s.store.DB(), oc)
+	lc := s.cfg.Lease
+	if lc.Logger == nil {
+		lc.Logger = s.lg
+	}
+	s.lessor = lease.New(s.store, s.owner, lc)
+	s.OnShutdown(s.owner.Stop)
+}
+
+// stopOwnership stops what startOwnership and writeRoutes started.
+func (s *Server) stopOwnership() {
+	s.lessor.Stop()
+	s.owner.Stop()
+	if s.peers != nil {
+		s.peers.Close()
+	}
+}
+
+// writeRoutes returns what the KV and Lease services write through: the
+// store and the lessor themselves, or forwarders that send writes (and
+// revokes, and compactions) to the owner.
+func (s *Server) writeRoutes() (kv.Store, leasesvc.Lessor) {
 	if !s.cfg.ForwardWrites {
-		return s.store
+		return s.store, s.lessor
 	}
-	fc := s.cfg.Forward
-	fc.ID, fc.Logger = s.hdr.MemberID, s.lg
-	if us := s.cfg.AdvertiseClientURLs; len(us) > 0 {
-		fc.URL = us[0].String()
-	} else if us := s.cfg.ListenClientURLs; len(us) > 0 {
-		fc.URL = us[0].String()
-	}
-	owner := forward.NewElector(s.db, fc)
-	peers := forward.NewPeers(s.ops.clientTLS)
-	s.OnShutdown(func() {
-		owner.Stop()
-		peers.Close()
-	})
-	return forward.New(s.store, owner, peers, s.Metrics())
+	s.peers = forward.NewPeers(s.ops.clientTLS)
+	s.OnShutdown(s.peers.Close)
+	fw := forward.New(s.owner, s.peers, s.Metrics())
+	return fw.KV(s.store), fw.Lessor(s.lessor)
 }
 
 // startWatch starts the watch hub and registers the Watch service; Stop
@@ -369,7 +403,7 @@ func (s *Server) Stop() {
 		}
 		s.mu.Unlock()
 		s.serving.Wait()
-		s.lessor.Stop()
+		s.stopOwnership()
 		s.store.Close()
 		if err := s.db.Close(); err != nil && !errors.Is(err, storage.ErrClosed) {
 			s.lg.Warn("closing storage", zap.Error(err))

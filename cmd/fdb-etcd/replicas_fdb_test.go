@@ -323,7 +323,7 @@ func TestThreeReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(get.Kvs) == 0 {
-			t.Logf("lease granted on b expired %v after its owner a was killed (TTL 5 s, ownership TTL 5 s)", time.Since(killedAt).Round(100*time.Millisecond))
+			t.Logf("lease granted on b expired %v after its owner a was killed (TTL 5 s, ownership TTL 3 s)", time.Since(killedAt).Round(100*time.Millisecond))
 			break
 		}
 		if time.Since(killedAt) > 30*time.Second {

@@ -1,6 +1,7 @@
 package forward_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -9,16 +10,18 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/status"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/internal/testserver"
+	"github.com/fdb-etcd/fdb-etcd/owner"
 	"github.com/fdb-etcd/fdb-etcd/server"
-	"github.com/fdb-etcd/fdb-etcd/server/forward"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
@@ -35,7 +38,7 @@ func start(t *testing.T, db storage.DB, name string) *testserver.Server {
 	return testserver.Start(t, testserver.Options{DB: shared{db}, Config: server.Config{
 		Name:          name,
 		ForwardWrites: true,
-		Forward:       forward.Config{TTL: time.Second},
+		Owner:         owner.Config{TTL: time.Second},
 	}})
 }
 
@@ -58,13 +61,14 @@ func scrapeHandler(t *testing.T, s *server.Server) []byte {
 	return rec.Body.Bytes()
 }
 
-func metricAtLeastOne(text, series string) bool {
+// metricValue reads one series' value from a scrape, 0 if absent.
+func metricValue(text, series string) int {
 	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\d+)$`).FindStringSubmatch(text)
 	if m == nil {
-		return false
+		return 0
 	}
 	n, _ := strconv.Atoi(m[1])
-	return n >= 1
+	return n
 }
 
 func grep(text, substr string) string {
@@ -165,5 +169,134 @@ func TestWritesGoToTheOwner(t *testing.T) {
 		}
 		before = forwarded(t, b, "ok")
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// warm writes through b until b has forwarded one write to the owner: its
+// connection to the owner comes up asynchronously, and until then it
+// commits locally.
+func warm(t *testing.T, b *testserver.Server) {
+	t.Helper()
+	c := ctx(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for forwarded(t, b, "ok") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("b never forwarded a write to the owner")
+		}
+		if _, err := b.Client.Put(c, "warmup", "x"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRevokeCompactAndNestedTxnGoToTheOwner: every request that commits
+// through the sequencer goes to the owner, not only Put, DeleteRange and
+// flat writing Txns: LeaseRevoke, Compact, and a Txn whose only op is a
+// nested read-only Txn (a write by etcd's rule, which mvcc's write path
+// follows; forwarding must agree).
+func TestRevokeCompactAndNestedTxnGoToTheOwner(t *testing.T) {
+	db := testdb.Open(t)
+	a := start(t, db, "a")
+	b := start(t, db, "b")
+	c := ctx(t)
+	warm(t, b)
+	l, err := b.Client.Grant(c, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put, err := b.Client.Put(c, "held", "v", clientv3.WithLease(l.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok0 := forwarded(t, b, "ok")
+	rv, err := b.Client.Revoke(c, l.ID)
+	if err != nil || rv.Header.Revision != put.Header.Revision+1 {
+		t.Fatalf("revoke through b = %v, %v; want revision %d", rv, err, put.Header.Revision+1)
+	}
+	if _, err := b.Client.Revoke(c, l.ID); !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		t.Fatalf("second revoke through b = %v, want the owner's %v", err, rpctypes.ErrLeaseNotFound)
+	}
+	if _, err := b.Client.Compact(c, rv.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Client.Get(c, "held", clientv3.WithRev(put.Header.Revision)); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatalf("read below the compaction on a = %v, want %v", err, rpctypes.ErrCompacted)
+	}
+	nested, err := b.Client.Txn(c).Then(clientv3.OpTxn(nil, []clientv3.Op{clientv3.OpGet("k")}, nil)).Commit()
+	if err != nil || !nested.Succeeded || nested.Header.Revision != rv.Header.Revision {
+		t.Fatalf("nested read-only txn = %v, %v; want no new revision", nested, err)
+	}
+	if got := forwarded(t, b, "ok") - ok0; got != 3 {
+		t.Errorf("b forwarded %d of revoke, compact and nested txn, want 3", got)
+	}
+	if got := forwarded(t, b, "error"); got != 1 {
+		t.Errorf("b counted %d owner errors, want 1 (the second revoke)", got)
+	}
+	if n := forwarded(t, a, "ok"); n != 0 {
+		t.Errorf("a, the owner, forwarded %d writes", n)
+	}
+}
+
+// failing fails, while armed, every transaction that writes a storage key
+// containing marker, with err; other transactions go through.
+type failing struct {
+	storage.DB
+	marker []byte
+	err    atomic.Pointer[error]
+}
+
+func (f *failing) Update(ctx context.Context, fn func(storage.Tx) error) error {
+	return f.DB.Update(ctx, func(tx storage.Tx) error {
+		w := &watchedTx{Tx: tx, marker: f.marker}
+		if err := fn(w); err != nil {
+			return err
+		}
+		if e := f.err.Load(); e != nil && w.hit {
+			return *e
+		}
+		return nil
+	})
+}
+
+type watchedTx struct {
+	storage.Tx
+	marker []byte
+	hit    bool
+}
+
+func (w *watchedTx) Set(key, value []byte) {
+	w.hit = w.hit || bytes.Contains(key, w.marker)
+	w.Tx.Set(key, value)
+}
+
+// TestOwnerFailuresPassThrough: a failure the owner answers is the owner's
+// answer, known not to have committed; a forwarding replica reports it as
+// the owner would have, not as "leader changed" (whose outcome is unknown).
+func TestOwnerFailuresPassThrough(t *testing.T) {
+	db := testdb.Open(t)
+	fa := &failing{DB: shared{db}, marker: []byte("refused-by-storage")}
+	a := testserver.Start(t, testserver.Options{DB: fa, Config: server.Config{
+		Name: "a", ForwardWrites: true, Owner: owner.Config{TTL: time.Second}}})
+	b := start(t, db, "b")
+	warm(t, b)
+	c := ctx(t)
+	tooLarge := storage.ErrTransactionTooLarge
+	fa.err.Store(&tooLarge)
+	_, direct := a.Client.Put(c, "refused-by-storage", "v")
+	_, through := b.Client.Put(c, "refused-by-storage", "v")
+	fa.err.Store(nil)
+	if direct == nil {
+		t.Fatal("the owner accepted the write its storage refuses")
+	}
+	if errors.Is(through, rpctypes.ErrLeaderChanged) {
+		t.Fatalf("b reported the owner's refusal (%v) as %v", direct, through)
+	}
+	ds, ts := status.Convert(direct), status.Convert(through)
+	if ds.Code() != ts.Code() || ds.Message() != ts.Message() {
+		t.Fatalf("through b: %v; the owner itself answers %v", through, direct)
+	}
+	if r, err := a.Client.Get(c, "refused-by-storage"); err != nil || len(r.Kvs) != 0 {
+		t.Fatalf("the refused write is there: %v, %v", r, err)
 	}
 }

@@ -1,9 +1,11 @@
 package forward
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"math"
+	"net"
 	"net/url"
 	"sync"
 
@@ -18,16 +20,19 @@ import (
 // Peers keeps one gRPC connection per owner URL.
 type Peers struct {
 	// tls returns the client TLS configuration for https owners (this
-	// replica's certificate and the trusted CA); nil when TLS is off.
+	// replica's certificate and the trusted CAs as they are now); nil when
+	// TLS is off.
 	tls func() *tls.Config
 
-	mu    sync.Mutex
-	conns map[string]peer
+	mu     sync.Mutex
+	conns  map[string]peer // guarded by mu
+	closed bool            // guarded by mu: Close ran; dial no more
 }
 
 type peer struct {
-	cc *grpc.ClientConn
-	kv pb.KVClient
+	cc    *grpc.ClientConn
+	kv    pb.KVClient
+	lease pb.LeaseClient
 }
 
 // NewPeers returns an empty connection set; tlsConfig may be nil.
@@ -35,25 +40,28 @@ func NewPeers(tlsConfig func() *tls.Config) *Peers {
 	return &Peers{tls: tlsConfig, conns: map[string]peer{}}
 }
 
-// ready returns a KV client for the replica at rawURL if its connection is
-// up, and otherwise starts connecting and returns nil.
-func (p *Peers) ready(rawURL string) pb.KVClient {
+// ready returns the connection to the replica at rawURL if it is up, and
+// otherwise starts connecting and returns false.
+func (p *Peers) ready(rawURL string) (peer, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return peer{}, false
+	}
 	pr, ok := p.conns[rawURL]
 	if !ok {
 		cc, err := p.dial(rawURL)
 		if err != nil {
-			return nil
+			return peer{}, false
 		}
-		pr = peer{cc: cc, kv: pb.NewKVClient(cc)}
+		pr = peer{cc: cc, kv: pb.NewKVClient(cc), lease: pb.NewLeaseClient(cc)}
 		p.conns[rawURL] = pr
 	}
 	if pr.cc.GetState() != connectivity.Ready {
 		pr.cc.Connect()
-		return nil
+		return peer{}, false
 	}
-	return pr.kv
+	return pr, true
 }
 
 func (p *Peers) dial(rawURL string) (*grpc.ClientConn, error) {
@@ -63,29 +71,61 @@ func (p *Peers) dial(rawURL string) (*grpc.ClientConn, error) {
 	}
 	creds := insecure.NewCredentials()
 	if u.Scheme == "https" {
-		var tc *tls.Config
-		if p.tls != nil {
-			tc = p.tls()
-		}
-		if tc == nil {
+		if p.tls == nil || p.tls() == nil {
 			return nil, errors.New("forward: https owner but no client TLS configuration")
 		}
-		creds = credentials.NewTLS(tc)
+		creds = reloadingTLS{config: p.tls}
 	}
 	return grpc.NewClient("passthrough:///"+u.Host,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
 }
 
-// Close closes every connection.
+// Close closes every connection; requests after it run locally.
 func (p *Peers) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
 	for k, pr := range p.conns {
 		_ = pr.cc.Close()
 		delete(p.conns, k)
 	}
 }
+
+// reloadingTLS is client transport credentials that take the TLS
+// configuration afresh for every handshake. A connection lives for many
+// handshakes (it reconnects after every failure), and the trusted CAs and
+// this replica's certificate may have been rotated in between: a
+// configuration captured once would keep trusting the old CA only.
+type reloadingTLS struct{ config func() *tls.Config }
+
+var (
+	errClientOnly = errors.New("forward: client-side credentials")
+	errNoOverride = errors.New("forward: the server name is the owner URL's host")
+)
+
+func (c reloadingTLS) current() credentials.TransportCredentials {
+	return credentials.NewTLS(c.config())
+}
+
+// ClientHandshake verifies the server with the CAs trusted now.
+func (c reloadingTLS) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return c.current().ClientHandshake(ctx, authority, conn)
+}
+
+// ServerHandshake is not for clients.
+func (reloadingTLS) ServerHandshake(net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errClientOnly
+}
+
+// Info describes TLS.
+func (c reloadingTLS) Info() credentials.ProtocolInfo { return c.current().Info() }
+
+// Clone shares the configuration source, which is safe for concurrent use.
+func (c reloadingTLS) Clone() credentials.TransportCredentials { return c }
+
+// OverrideServerName is deprecated in gRPC; the name comes from the URL.
+func (reloadingTLS) OverrideServerName(string) error { return errNoOverride }
 
 // isEtcdError reports whether err is an answer from etcd's API (an error
 // etcd itself sends, such as compacted or request too large) rather than a

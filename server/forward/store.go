@@ -1,3 +1,13 @@
+// Package forward sends the writes a replica receives to the replica that
+// owns writes and lease expiry (package owner), where one sequencer
+// group-commits everyone's writes instead of several replicas' batches
+// conflicting on the global revision: Put, DeleteRange, writing Txns,
+// Compact and LeaseRevoke (a revoke deletes its keys at a new revision).
+//
+// Forwarding is a performance matter, never a correctness one: the store's
+// serializable transactions keep writes correct whoever commits them. So a
+// replica that cannot reach the owner commits locally, and one whose view of
+// the owner is stale costs a conflict, nothing more.
 package forward
 
 import (
@@ -5,12 +15,18 @@ import (
 	"errors"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/fdb-etcd/fdb-etcd/lease"
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/owner"
 )
 
 // ErrOwnerLost says a forwarded write may or may not have been committed:
-// the owner went away after it was sent. etcd says "leader changed" when a
-// proposal meets the same fate, and clients treat both alike.
+// the connection to the owner failed before its answer arrived. etcd says
+// "leader changed" when a proposal meets the same fate, and clients treat
+// both alike.
 var ErrOwnerLost = errors.New("forward: the write owner went away before answering")
 
 // forwardedKey marks a request that was forwarded once already; its receiver
@@ -18,20 +34,19 @@ var ErrOwnerLost = errors.New("forward: the write owner went away before answeri
 // owner can cost a conflict but never a loop.
 const forwardedKey = "fdb-etcd-forwarded"
 
-// Store is the KV service's store: reads and compactions run locally, writes
-// go to the owner unless this replica is it (or it cannot be reached).
-type Store interface {
-	Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
-	RangeChunk(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
-	Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error)
-	DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
-	Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error)
-	Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error)
+// answeredKey is the trailer a receiver sets on a forwarded request it
+// handles: whatever status follows is its own answer (etcd's error, or a
+// failure known not to have committed), not a broken connection.
+const answeredKey = "fdb-etcd-answered"
+
+// Owner is the view of ownership forwarding needs.
+type Owner interface {
+	View() owner.View
 }
 
 // Observer counts forwarded writes by outcome: "ok", "error" (the owner's
-// own answer, an etcd error), "lost" (ErrOwnerLost) or "local" (the owner
-// was not connected, so this replica committed the write itself).
+// own answer), "lost" (ErrOwnerLost) or "local" (the owner was not
+// connected, so this replica committed the write itself).
 type Observer interface {
 	ForwardedWrite(result string)
 }
@@ -40,82 +55,52 @@ type nopObserver struct{}
 
 func (nopObserver) ForwardedWrite(string) {}
 
-// Forwarder wraps the local store.
+// Forwarder routes writes to the owner.
 type Forwarder struct {
-	Store
-	owner *Elector
+	owner Owner
 	peers *Peers
 	obs   Observer
 }
 
-var _ Store = (*Forwarder)(nil)
-
-// New wraps local; obs may be nil.
-func New(local Store, owner *Elector, peers *Peers, obs Observer) *Forwarder {
+// New returns a forwarder; obs may be nil.
+func New(own Owner, peers *Peers, obs Observer) *Forwarder {
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	return &Forwarder{Store: local, owner: owner, peers: peers, obs: obs}
+	return &Forwarder{owner: own, peers: peers, obs: obs}
 }
 
-// target returns the owner's KV client, or nil to commit locally.
-func (f *Forwarder) target(ctx context.Context) pb.KVClient {
+// target returns the owner's connection, or false to run the request here:
+// it was forwarded to this replica (which then marks its answer as its
+// own), this replica owns writes, nobody does, or the owner is not
+// connected.
+func (f *Forwarder) target(ctx context.Context) (peer, bool) {
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
-		return nil
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(answeredKey, "1"))
+		return peer{}, false
 	}
-	url := f.owner.Owner()
-	if url == "" {
-		return nil
+	v := f.owner.View()
+	if v.Held || v.URL == "" {
+		return peer{}, false
 	}
-	kv := f.peers.ready(url)
-	if kv == nil {
+	p, ok := f.peers.ready(v.URL)
+	if !ok {
 		// Not connected (yet, or any more): nothing was sent, so committing
 		// here is safe, only slower for the others.
 		f.obs.ForwardedWrite("local")
 	}
-	return kv
+	return p, ok
 }
 
 func outgoing(ctx context.Context) context.Context {
 	return metadata.NewOutgoingContext(ctx, metadata.Pairs(forwardedKey, "1"))
 }
 
-// Put forwards or commits a put.
-func (f *Forwarder) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
-	kv := f.target(ctx)
-	if kv == nil {
-		return f.Store.Put(ctx, r)
-	}
-	resp, err := kv.Put(outgoing(ctx), r)
-	return resp, f.result(ctx, err)
-}
-
-// DeleteRange forwards or commits a delete.
-func (f *Forwarder) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	kv := f.target(ctx)
-	if kv == nil {
-		return f.Store.DeleteRange(ctx, r)
-	}
-	resp, err := kv.DeleteRange(outgoing(ctx), r)
-	return resp, f.result(ctx, err)
-}
-
-// Txn forwards a transaction that may write; read-only ones run here.
-func (f *Forwarder) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	if readOnly(r) {
-		return f.Store.Txn(ctx, r)
-	}
-	kv := f.target(ctx)
-	if kv == nil {
-		return f.Store.Txn(ctx, r)
-	}
-	resp, err := kv.Txn(outgoing(ctx), r)
-	return resp, f.result(ctx, err)
-}
-
-// result classifies the owner's answer: its etcd errors pass through as they
-// are, a broken connection means the outcome is unknown.
-func (f *Forwarder) result(ctx context.Context, err error) error {
+// result classifies the owner's answer. An error the owner answered (its
+// trailer says so, or it is one of etcd's) passes through as it is, as the
+// owner would have given it to the client; a failure without an answer
+// leaves the outcome unknown.
+func (f *Forwarder) result(ctx context.Context, err error, trailer metadata.MD) error {
 	switch {
 	case err == nil:
 		f.obs.ForwardedWrite("ok")
@@ -123,7 +108,7 @@ func (f *Forwarder) result(ctx context.Context, err error) error {
 	case ctx.Err() != nil:
 		f.obs.ForwardedWrite("error")
 		return ctx.Err()
-	case isEtcdError(err):
+	case len(trailer.Get(answeredKey)) > 0, isEtcdError(err):
 		f.obs.ForwardedWrite("error")
 		return err
 	default:
@@ -132,19 +117,88 @@ func (f *Forwarder) result(ctx context.Context, err error) error {
 	}
 }
 
-func readOnly(r *pb.TxnRequest) bool {
-	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		for _, op := range ops {
-			switch o := op.Request.(type) {
-			case *pb.RequestOp_RequestRange:
-			case *pb.RequestOp_RequestTxn:
-				if !readOnly(o.RequestTxn) {
-					return false
-				}
-			default:
-				return false
-			}
-		}
+// unary is a gRPC method of the owner's client.
+type unary[Req, Resp any] func(context.Context, Req, ...grpc.CallOption) (Resp, error)
+
+// forward runs r at the owner through the method remote picks, or locally.
+func forward[Req, Resp any](f *Forwarder, ctx context.Context, r Req,
+	local func(context.Context, Req) (Resp, error), remote func(peer) unary[Req, Resp]) (Resp, error) {
+	p, ok := f.target(ctx)
+	if !ok {
+		return local(ctx, r)
 	}
-	return true
+	var trailer metadata.MD
+	resp, err := remote(p)(outgoing(ctx), r, grpc.Trailer(&trailer))
+	return resp, f.result(ctx, err, trailer)
+}
+
+// KVStore is the KV service's store.
+type KVStore interface {
+	Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
+	RangeChunk(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
+	Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error)
+	DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
+	Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error)
+	Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error)
+}
+
+// KV is a KVStore whose writes go to the owner; reads stay here.
+type KV struct {
+	KVStore
+	f *Forwarder
+}
+
+var _ KVStore = (*KV)(nil)
+
+// KV wraps the local store.
+func (f *Forwarder) KV(local KVStore) *KV { return &KV{KVStore: local, f: f} }
+
+// Put forwards or commits a put.
+func (k *KV) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	return forward(k.f, ctx, r, k.KVStore.Put, func(p peer) unary[*pb.PutRequest, *pb.PutResponse] { return p.kv.Put })
+}
+
+// DeleteRange forwards or commits a delete.
+func (k *KV) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	return forward(k.f, ctx, r, k.KVStore.DeleteRange,
+		func(p peer) unary[*pb.DeleteRangeRequest, *pb.DeleteRangeResponse] { return p.kv.DeleteRange })
+}
+
+// Txn forwards a transaction that writes (by etcd's rule, mvcc.TxnReadOnly);
+// read-only ones run here.
+func (k *KV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if mvcc.TxnReadOnly(r) {
+		return k.KVStore.Txn(ctx, r)
+	}
+	return forward(k.f, ctx, r, k.KVStore.Txn, func(p peer) unary[*pb.TxnRequest, *pb.TxnResponse] { return p.kv.Txn })
+}
+
+// Compact forwards a compaction: it commits through the sequencer like a
+// write.
+func (k *KV) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	return forward(k.f, ctx, r, k.KVStore.Compact,
+		func(p peer) unary[*pb.CompactionRequest, *pb.CompactionResponse] { return p.kv.Compact })
+}
+
+// Lessor is the lessor with LeaseRevoke forwarded to the owner.
+type Lessor struct {
+	*lease.Lessor
+	f *Forwarder
+}
+
+// Lessor wraps the local lessor.
+func (f *Forwarder) Lessor(local *lease.Lessor) *Lessor { return &Lessor{Lessor: local, f: f} }
+
+// Revoke forwards or commits a revoke and returns the revision after it.
+func (l *Lessor) Revoke(ctx context.Context, id int64) (int64, error) {
+	resp, err := forward(l.f, ctx, &pb.LeaseRevokeRequest{ID: id},
+		func(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+			rev, err := l.Lessor.Revoke(ctx, r.ID)
+			return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev}}, err
+		},
+		func(p peer) unary[*pb.LeaseRevokeRequest, *pb.LeaseRevokeResponse] { return p.lease.LeaseRevoke })
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetHeader().GetRevision(), nil
 }

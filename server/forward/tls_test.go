@@ -2,8 +2,10 @@ package forward_test
 
 import (
 	"crypto/tls"
+	"io"
 	"net"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,8 +13,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
+	"github.com/fdb-etcd/fdb-etcd/owner"
 	"github.com/fdb-etcd/fdb-etcd/server"
-	"github.com/fdb-etcd/fdb-etcd/server/forward"
 	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig"
 	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig/tlstest"
 	"github.com/fdb-etcd/fdb-etcd/storage"
@@ -20,19 +22,31 @@ import (
 
 func startTLS(t *testing.T, db storage.DB, name string, files tlstest.Files) (*server.Server, string) {
 	t.Helper()
+	l := listen(t)
+	u := url.URL{Scheme: "https", Host: l.Addr().String()}
+	return serveTLS(t, db, name, files, l, u), u.String()
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := url.URL{Scheme: "https", Host: l.Addr().String()}
+	return l
+}
+
+// serveTLS serves a replica on l that the others reach at advertise.
+func serveTLS(t *testing.T, db storage.DB, name string, files tlstest.Files, l net.Listener, advertise url.URL) *server.Server {
+	t.Helper()
 	srv, err := server.New(server.Config{
 		Name:                name,
-		ListenClientURLs:    []url.URL{u},
-		AdvertiseClientURLs: []url.URL{u},
+		ListenClientURLs:    []url.URL{{Scheme: "https", Host: l.Addr().String()}},
+		AdvertiseClientURLs: []url.URL{advertise},
 		TLS:                 tlsconfig.Config{CertFile: files.Cert, KeyFile: files.Key, TrustedCAFile: files.CA, ClientCertAuth: true, ReloadInterval: -1},
 		Logger:              zap.NewNop(),
 		ForwardWrites:       true,
-		Forward:             forward.Config{TTL: time.Second},
+		Owner:               owner.Config{TTL: time.Second},
 	}, shared{db})
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +55,43 @@ func startTLS(t *testing.T, db storage.DB, name string, files tlstest.Files) (*s
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	return srv, u.String()
+	return srv
+}
+
+func tlsClient(t *testing.T, endpoint string, ca *tlstest.CA) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{endpoint},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		TLS:         &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.Client(t, "kube-apiserver").TLS(t)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// forwardsOK writes through cli until b's forwarded-ok count passes
+// from, or fails the test after 20 s.
+func forwardsOK(t *testing.T, cli *clientv3.Client, b *server.Server, from int) {
+	t.Helper()
+	c := ctx(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := cli.Put(c, "k", "v"); err != nil {
+			t.Fatal(err)
+		}
+		text := string(scrapeHandler(t, b))
+		if n := metricValue(text, `fdb_etcd_forward_writes_total{result="ok"}`); n > from {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b forwarded no write to the owner over mutual TLS in 20 s; metrics:\n%s", grep(text, "fdb_etcd_forward"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // TestForwardOverMutualTLS: with --client-cert-auth, a replica reaches the
@@ -52,29 +102,77 @@ func TestForwardOverMutualTLS(t *testing.T) {
 	db := testdb.Open(t)
 	_, _ = startTLS(t, db, "a", tlstest.Write(t, t.TempDir(), ca.Server(t, "a"), ca))
 	b, bURL := startTLS(t, db, "b", tlstest.Write(t, t.TempDir(), ca.Server(t, "b"), ca))
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{bURL},
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-		TLS:         &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{ca.Client(t, "kube-apiserver").TLS(t)}},
+	forwardsOK(t, tlsClient(t, bURL, ca), b, 0)
+}
+
+// TestForwardFollowsCARotation: the CA is replaced and every certificate
+// reissued from the new one; when the forwarding connection next
+// reconnects, it must verify the owner with the CA bundle as it is now,
+// not the one it was dialled with.
+func TestForwardFollowsCARotation(t *testing.T) {
+	old, next := tlstest.NewCA(t, "etcd-ca-1"), tlstest.NewCA(t, "etcd-ca-2")
+	db := testdb.Open(t)
+	dirA, dirB := t.TempDir(), t.TempDir()
+	// a, the owner, is reached through a proxy that can cut connections.
+	la := listen(t)
+	px := startProxy(t, la.Addr().String())
+	serveTLS(t, db, "a", tlstest.Write(t, dirA, old.Server(t, "a"), old), la, url.URL{Scheme: "https", Host: px.addr()})
+	b, bURL := startTLS(t, db, "b", tlstest.Write(t, dirB, old.Server(t, "b"), old))
+	forwardsOK(t, tlsClient(t, bURL, old), b, 0)
+	before := metricValue(string(scrapeHandler(t, b)), `fdb_etcd_forward_writes_total{result="ok"}`)
+
+	tlstest.Write(t, dirA, next.Server(t, "a"), next)
+	tlstest.Write(t, dirB, next.Server(t, "b"), next)
+	px.cut()
+	forwardsOK(t, tlsClient(t, bURL, next), b, before)
+}
+
+// proxy relays TCP connections to target and can cut them all.
+type proxy struct {
+	l      net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	p := &proxy{l: listen(t), target: target}
+	go p.serve()
+	t.Cleanup(func() {
+		_ = p.l.Close()
+		p.cut()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	c := ctx(t)
-	deadline := time.Now().Add(10 * time.Second)
+	return p
+}
+
+func (p *proxy) addr() string { return p.l.Addr().String() }
+
+func (p *proxy) serve() {
 	for {
-		if _, err := cli.Put(c, "k", "v"); err != nil {
-			t.Fatal(err)
-		}
-		text := string(scrapeHandler(t, b))
-		if metricAtLeastOne(text, `fdb_etcd_forward_writes_total{result="ok"}`) {
+		c, err := p.l.Accept()
+		if err != nil {
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("b never forwarded a write to a over mutual TLS; metrics:\n%s", grep(text, "fdb_etcd_forward"))
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
 		}
-		time.Sleep(50 * time.Millisecond)
+		p.mu.Lock()
+		p.conns = append(p.conns, c, up)
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+		go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
 	}
+}
+
+// cut closes every relayed connection.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/server/errmap"
 	"github.com/fdb-etcd/fdb-etcd/server/header"
 )
@@ -199,7 +200,7 @@ func (s *Server) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, er
 	if err := ValidateTxn(r, s.cfg.MaxTxnOps); err != nil {
 		return nil, err
 	}
-	if !readOnly(r) {
+	if !mvcc.TxnReadOnly(r) {
 		if err := s.checkSize(r); err != nil {
 			return nil, err
 		}
@@ -220,17 +221,4 @@ func (s *Server) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Comp
 	}
 	s.hdr.Fill(resp.Header)
 	return resp, nil
-}
-
-// readOnly is etcd's test for a Txn that skips consensus (and its size
-// check): every top-level op is a Range.
-func readOnly(r *pb.TxnRequest) bool {
-	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		for _, op := range ops {
-			if op.GetRequestRange() == nil {
-				return false
-			}
-		}
-	}
-	return true
 }

@@ -12,21 +12,25 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/clock/fakeclock"
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/internal/testserver"
 	"github.com/fdb-etcd/fdb-etcd/lease"
-	"github.com/fdb-etcd/fdb-etcd/lease/leasetest"
 	"github.com/fdb-etcd/fdb-etcd/server"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
 var start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func startFake(t *testing.T, db storage.DB) (*testserver.Server, *leasetest.Clock) {
+// loops is how many loops of a server sleep on its clock: the owner
+// elector's and the lessor's.
+const loops = 2
+
+func startFake(t *testing.T, db storage.DB) (*testserver.Server, *fakeclock.Clock) {
 	t.Helper()
-	clk := leasetest.NewClock(start)
+	clk := fakeclock.New(start)
 	s := testserver.Start(t, testserver.Options{DB: db, Config: server.Config{Lease: lease.Config{Clock: clk}}})
-	clk.BlockUntil(t, 1)
+	clk.BlockUntil(t, loops)
 	return s, clk
 }
 
@@ -207,7 +211,7 @@ func TestExpiryOverGRPC(t *testing.T) {
 	advance := func(d time.Duration) {
 		for ; d > 0; d -= 500 * time.Millisecond {
 			clk.Advance(min(d, 500*time.Millisecond))
-			clk.BlockUntil(t, 1)
+			clk.BlockUntil(t, loops)
 		}
 	}
 	advance(4500 * time.Millisecond)
@@ -242,9 +246,9 @@ func TestTwoServersOneStore(t *testing.T) {
 	ctx := tctx(t)
 	advance := func(d time.Duration) {
 		for ; d > 0; d -= 500 * time.Millisecond {
-			for _, clk := range []*leasetest.Clock{clkA, clkB} {
+			for _, clk := range []*fakeclock.Clock{clkA, clkB} {
 				clk.Advance(min(d, 500*time.Millisecond))
-				clk.BlockUntil(t, 1)
+				clk.BlockUntil(t, loops)
 			}
 		}
 	}
@@ -283,7 +287,7 @@ func TestTwoServersOneStore(t *testing.T) {
 		return r.Count
 	}
 	if count(a, "kept/") != 5 || count(b, "lapsed/") != 0 {
-		t.Fatal("wrong lease expired")
+		t.Fatalf("wrong lease expired: kept %d lapsed %d", count(a, "kept/"), count(b, "lapsed/"))
 	}
 	evs, _, err := a.Store().ReadEvents(ctx, 12, 100)
 	if err != nil || len(evs) != 1 || len(evs[0].Events) != 5 {
@@ -293,5 +297,62 @@ func TestTwoServersOneStore(t *testing.T) {
 	ownB, _ := b.Lessor().Owner()
 	if ownA == ownB {
 		t.Fatalf("owners: a %t b %t", ownA, ownB)
+	}
+}
+
+// TestKeepAlivePastDeadlineOverGRPC: a keep-alive that reaches a replica
+// after a lease's deadline, before the owner's revoke has committed, is not
+// a renewal: it is answered once the revoke is done, with TTL 0 (etcd's
+// answer for a lease that is gone), and the lease's keys are deleted.
+func TestKeepAlivePastDeadlineOverGRPC(t *testing.T) {
+	db := testdb.Open(t)
+	a, clkA := startFake(t, db) // the owner
+	b, clkB := startFake(t, db)
+	ctx := tctx(t)
+	g, err := a.Client.Grant(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Client.Put(ctx, "held", "v", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	// b's clock passes the deadline (but not the ownership TTL); a's does
+	// not, so the lease is due and not yet revoked.
+	clkB.Advance(2500 * time.Millisecond)
+	clkB.BlockUntil(t, loops)
+	st, err := pb.NewLeaseClient(b.Client.ActiveConnection()).LeaseKeepAlive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&pb.LeaseKeepAliveRequest{ID: int64(g.ID)}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *pb.LeaseKeepAliveResponse, 1)
+	go func() {
+		resp, err := st.Recv()
+		if err != nil {
+			t.Error(err)
+		}
+		got <- resp
+	}()
+	// While the lease is due and not revoked, nothing answers: a renewal
+	// now would revive it.
+	select {
+	case resp := <-got:
+		t.Fatalf("keep-alive answered %v while the lease was due, before its revoke", resp)
+	case <-time.After(time.Second):
+	}
+	clkA.Advance(2500 * time.Millisecond)
+	clkA.BlockUntil(t, loops)
+	select {
+	case resp := <-got:
+		if resp == nil || resp.TTL != 0 || resp.ID != int64(g.ID) {
+			t.Fatalf("keep-alive past the deadline = %v, want TTL 0", resp)
+		}
+	case <-ctx.Done():
+		t.Fatal("no keep-alive response after the revoke")
+	}
+	if r, err := b.Client.Get(ctx, "held"); err != nil || len(r.Kvs) != 0 {
+		t.Fatalf("the expired lease's key: %v, %v", r, err)
 	}
 }

@@ -183,9 +183,9 @@ func New(opt Options) *Metrics {
 	m.leaseExpired = f.counter(prometheus.CounterOpts{Namespace: "fdb_etcd", Subsystem: "lease", Name: "expired_total",
 		Help: "Leases this member expired while owning lease expiry."})
 	m.leaseOwner = f.gauge(prometheus.GaugeOpts{Namespace: "fdb_etcd", Subsystem: "lease", Name: "expiry_owner",
-		Help: "1 while this member holds the fenced lease-expiry ownership."})
+		Help: "1 while this member holds the fenced ownership of writes and lease expiry."})
 	m.forwardedWrites = f.counterVec(prometheus.CounterOpts{Namespace: "fdb_etcd", Subsystem: "forward", Name: "writes_total",
-		Help: "Writes sent on to the replica that owns revision allocation, by result: ok, error (the owner's etcd error), lost (outcome unknown), local (owner unreachable, committed here)."}, []string{"result"})
+		Help: "Writes (and revokes, compactions) sent on to the replica that owns writes, by result: ok, error (the owner's own answer), lost (outcome unknown), local (owner unreachable, committed here)."}, []string{"result"})
 
 	reg.MustRegister(&scrapeCollector{m: m})
 	return m

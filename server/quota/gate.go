@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdb-etcd/fdb-etcd/lease"
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/server/kv"
 	leasesvc "github.com/fdb-etcd/fdb-etcd/server/lease"
 )
@@ -141,7 +142,7 @@ func (s *cappedStore) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest)
 // Txn: etcd answers a Txn of top-level ranges only without applying it, so
 // alarms do not refuse it.
 func (s *cappedStore) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	if !rangesOnly(r) {
+	if !mvcc.TxnReadOnly(r) {
 		if err := s.a.refuse(TxnCost(r) > 0); err != nil {
 			return nil, err
 		}
@@ -154,18 +155,6 @@ func (s *cappedStore) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb
 		return nil, err
 	}
 	return s.Store.Compact(ctx, r)
-}
-
-// rangesOnly is etcd's isTxnReadonly: every top-level op is a Range.
-func rangesOnly(r *pb.TxnRequest) bool {
-	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		for _, op := range ops {
-			if op.GetRequestRange() == nil {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // CappedLessor refuses grants and revokes to next while alarms say so.

@@ -213,6 +213,25 @@ func TestLeaseCompat(t *testing.T) {
 		}
 	})
 
+	// A keep-alive after a lease's deadline never revives it: etcd answers
+	// TTL 0 once the revoke is done (its lessor waits for it), and by then
+	// the lease's keys are gone, at the revoke's revision.
+	t.Run("keep-alive-past-deadline", func(t *testing.T) {
+		p := startPair(t)
+		for _, c := range []leaseCall{
+			grant(2100, 2),
+			kvCall(&pb.PutRequest{Key: []byte("d1"), Value: []byte("1"), Lease: 2100}),
+			kvCall(&pb.PutRequest{Key: []byte("d2"), Value: []byte("2"), Lease: 2100}),
+		} {
+			p.checkLease(t, c)
+		}
+		time.Sleep(2500 * time.Millisecond) // past the deadline on both
+		for _, c := range []leaseCall{keepAliveOnce(2100), kvCall(allRange(0)), timeToLive(2100, true), keepAliveOnce(2100)} {
+			p.checkLease(t, c)
+			p.checkState(t, c.desc)
+		}
+	})
+
 	t.Run("random-kv-with-leases", func(t *testing.T) {
 		p := startPair(t)
 		ids := []int64{3001, 3002, 3003}
