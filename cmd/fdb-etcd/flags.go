@@ -54,6 +54,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.forwardWrites, "fdb-forward-writes", true, "send writes to the one replica that currently owns revision allocation, so replicas sharing a keyspace do not conflict on it (backend fdb); peers dial each other's first --advertise-client-urls")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
 	finishOps := registerOpsFlags(fs, &c)
+	finishAPI := registerAPIFlags(fs, &c)
 	registerTestFlags(fs, &c.test)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -62,6 +63,7 @@ func parseFlags(args []string) (*config, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	c.server.MaxRequestBytes = int(*maxReq)
+	finishAPI()
 	if err := leaseTiming(&c.server, *heartbeat, *election); err != nil {
 		return nil, err
 	}
