@@ -59,6 +59,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.fdbBuggify.SectionFiredPercent, "fdb-client-buggify-section-fired-probability", 0, "with --fdb-client-buggify: percent chance that an active section fires each time it is reached (0: FoundationDB's default)")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
 	finishOps := registerOpsFlags(fs, &c)
+	finishAPI := registerAPIFlags(fs, &c)
 	registerTestFlags(fs, &c.test)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -67,6 +68,7 @@ func parseFlags(args []string) (*config, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	c.server.MaxRequestBytes = int(*maxReq)
+	finishAPI()
 	if err := leaseTiming(&c.server, *heartbeat, *election); err != nil {
 		return nil, err
 	}
