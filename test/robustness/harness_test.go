@@ -48,7 +48,8 @@ type target interface {
 	// exportPersisted returns, once stopped, the requests the target
 	// persisted, checked against etcd's model.
 	exportPersisted() ([]model.EtcdRequest, error)
-	// faultCounts are counters of what was injected, for the summary.
+	// faultCounts are counters of what was injected (storage faults), or
+	// of what the replicas' FoundationDB clients met, for the summary.
 	faultCounts() map[string]int64
 	// reportFiles are what a failed run's report keeps: data directories
 	// and logs (name -> path).
@@ -203,7 +204,7 @@ func runOn(t *testing.T, sc scenario, tg target, inject injectFunc) *runResult {
 	o.linearization = string(result.Linearization.Status)
 	o.watch, o.seri = resultString(result.Watch), resultString(result.Serializable)
 	o.revChecked = checked
-	t.Logf("%s: %d KV ops (%d ok, %d failed), %d watches with %d events, %d persisted requests up to revision %d; failpoint: %s; storage faults: %v; linearization %s, watch %s, serializable %s; %d responses match the persisted history",
+	t.Logf("%s: %d KV ops (%d ok, %d failed), %d watches with %d events, %d persisted requests up to revision %d; failpoint: %s; fault counters: %v; linearization %s, watch %s, serializable %s; %d responses match the persisted history",
 		sc.name, o.kvOps, o.kvOK, o.kvFailed, o.watchReqs, o.watchEvents, o.persisted, o.maxRev, o.failpoint, o.faults, o.linearization, o.watch, o.seri, o.revChecked)
 	if err := result.Error(); err != nil {
 		dir := saveReport(t, lg, tg, reports, sc, result)
