@@ -145,6 +145,26 @@ func TestReplicatedClusterFaults(t *testing.T) {
 	step("kill all, restart all, healthy")
 }
 
+// TestTripleRedwood: the other redundancy mode and storage engine start
+// and replicate too.
+func TestTripleRedwood(t *testing.T) {
+	requireFDB(t)
+	c, err := StartCluster(Config{Processes: 5, Redundancy: "triple", Storage: "ssd-redwood-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Stop(t.Failed()) }()
+	out, err := c.cli(testCtx(t, time.Minute), "status", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Redundancy mode        - triple", "Storage engine         - ssd-redwood-1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func status(t *testing.T, c *Cluster) Status {
 	t.Helper()
 	st, err := c.Status(testCtx(t, time.Minute))
