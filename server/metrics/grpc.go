@@ -10,7 +10,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/fdb-etcd/fdb-etcd/server/errmap"
 )
 
 // grpcMetrics are go-grpc-prometheus' server metrics, under its names and
@@ -55,24 +56,12 @@ func (g *grpcMetrics) series(full, typ string) *methodSeries {
 }
 
 func (g *grpcMetrics) handledBy(ms *methodSeries, err error) {
-	code := wireCode(err)
+	code := errmap.Wire(err).Code()
 	if code == codes.OK {
 		ms.handledOK.Inc()
 		return
 	}
 	g.handled.WithLabelValues(ms.typ, ms.service, ms.method, code.String()).Inc()
-}
-
-// wireCode is the code gRPC sends for a handler's error: a status's own,
-// and for a bare context error (handlers pass them through, as etcd's do)
-// Canceled or DeadlineExceeded, which gRPC substitutes; not Unknown, which
-// would count every client timeout during a FoundationDB recovery as a
-// server failure.
-func wireCode(err error) codes.Code {
-	if s, ok := status.FromError(err); ok {
-		return s.Code()
-	}
-	return status.FromContextError(err).Code()
 }
 
 var grpcCodes = []codes.Code{
