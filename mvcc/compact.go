@@ -247,11 +247,16 @@ func (s *Store) compactTarget(ctx context.Context, seen *compactSeen) (int64, ti
 	return target, window - now.Sub((*seen)[0].at), nil
 }
 
-// compactStep cleans up the keys changed by the next run of revisions below
-// target (at most the requested compaction revision). For each such key,
-// every version older than its newest version at or below target goes;
-// that newest version goes too if it is a tombstone strictly below target,
-// along with the key's index entry, so a deleted key can never reappear.
+// compactStep cleans up the keys changed by the next run of revisions up to
+// target (at most the requested compaction revision), reading their log
+// parts from where the last step stopped, and stopping at a part boundary
+// once it has CompactionBatch keys, so that a revision of any size (a
+// staged delete of 200,000 keys) is cleaned up across several steps. For
+// each key, every version older than its newest version at or below target
+// goes; that newest version goes too if it is a tombstone strictly below
+// target, along with the key's index entry, so a deleted key can never
+// reappear. The log of the target revision itself stays, since a watch may
+// start there; its keys are cleaned up again for the next target.
 func (s *Store) compactStep(ctx context.Context, target int64) (finished int64, more bool, cleaned int, err error) {
 	err = s.db.Update(ctx, func(tx storage.Tx) error {
 		finished, more, cleaned = 0, false, 0
@@ -260,21 +265,20 @@ func (s *Store) compactStep(ctx context.Context, target int64) (finished int64, 
 			return err
 		}
 		to := min(target, c.Requested)
-		from := max(c.Finished, 1)
-		if from >= to {
-			// Nothing below the target is left to remove.
-			finished = max(c.Finished, to)
-			return nil
+		from, part := max(c.Finished, 1), c.Part
+		if part == partDone {
+			if from >= to {
+				finished = max(c.Finished, to)
+				return nil // nothing up to the target is left to clean
+			}
+			part = 0 // clean revision Finished again, for the new target
 		}
-		// The revision at the compaction point itself is read too: a key
-		// changed exactly there still has older versions to remove. Its log
-		// entry stays, since a watch may start at the compaction revision.
-		parts, err := tx.GetRange(keyspace.LogFrom(from), keyspace.LogFrom(to+1),
-			storage.RangeOptions{Limit: s.cfg.CompactionBatch})
+		parts, err := tx.GetRange(keyspace.Log(from, int(part)), keyspace.LogFrom(to+1),
+			storage.RangeOptions{Limit: compactParts})
 		if err != nil {
 			return err
 		}
-		upTo, keys, err := stepKeys(parts, to, s.cfg.CompactionBatch, from)
+		keys, nextRev, nextPart, err := stepKeys(parts, s.cfg.CompactionBatch)
 		if err != nil {
 			return err
 		}
@@ -284,52 +288,58 @@ func (s *Store) compactStep(ctx context.Context, target int64) (finished int64, 
 			}
 		}
 		cleaned = len(keys)
-		tx.ClearRange(keyspace.LogFrom(from), keyspace.LogFrom(upTo))
-		c.Finished = upTo
+		if nextRev == 0 { // every part up to the target is done
+			nextRev, nextPart = to, partDone
+		}
+		tx.ClearRange(keyspace.LogFrom(from), keyspace.LogFrom(min(nextRev, to)))
+		c.Finished, c.Part = nextRev, nextPart
 		tx.Set(keyspace.Compaction, encodeCompaction(c))
-		finished, more = upTo, upTo < to
+		// Every revision below the cursor's is clean; the target's is
+		// clean once the cursor says done.
+		finished, more = nextRev-1, nextPart != partDone
+		if !more {
+			finished = to
+		}
 		return nil
 	})
 	return finished, more, cleaned, err
 }
 
-// stepKeys returns, in order, the keys the log parts of one compaction step
-// name, and the revision the step covers up to (exclusive): it stops at a
-// revision boundary once it has batch keys, and a revision whose parts were
-// cut by the read limit is redone by the next step.
-func stepKeys(parts []storage.KeyValue, to int64, batch int, from int64) (int64, []string, error) {
-	keys := map[string]struct{}{}
-	upTo := to
+// compactParts bounds the log parts one compaction step reads.
+const compactParts = 64
+
+// stepKeys returns, sorted, the keys named by the leading log parts that
+// hold at least batch keys (at least one part), and the revision and part
+// of the first part left for the next step; 0 when none is left, that is
+// when the parts were not cut by the read limit and all were taken.
+func stepKeys(parts []storage.KeyValue, batch int) (keys []string, nextRev int64, nextPart uint32, err error) {
+	set := map[string]struct{}{}
 	for i, p := range parts {
-		rev, _, err := keyspace.ParseLog(p.Key)
+		rev, part, err := keyspace.ParseLog(p.Key)
 		if err != nil {
-			return 0, nil, err
+			return nil, 0, 0, err
 		}
-		if len(keys) >= batch && i > 0 {
-			prev, _, _ := keyspace.ParseLog(parts[i-1].Key)
-			if prev != rev {
-				upTo = rev
-				break
-			}
+		if len(set) >= batch && i > 0 {
+			nextRev, nextPart = rev, uint32(part)
+			break
 		}
-		evs, err := decodeLogPart(p.Value, isFirstPart(p.Key))
+		evs, err := decodeLogPart(p.Value, part == 0)
 		if err != nil {
-			return 0, nil, err
+			return nil, 0, 0, err
 		}
 		for _, ev := range evs {
-			keys[string(ev.Key)] = struct{}{}
+			set[string(ev.Key)] = struct{}{}
+		}
+		if i == len(parts)-1 && len(parts) == compactParts {
+			nextRev, nextPart = rev, uint32(part+1) // more may follow
 		}
 	}
-	if len(parts) == batch && upTo == to {
-		last, _, _ := keyspace.ParseLog(parts[len(parts)-1].Key)
-		upTo = max(last, from+1) // the last revision may have more parts; redo it next time
+	keys = make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
 	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
-	return upTo, sorted, nil
+	sort.Strings(keys)
+	return keys, nextRev, nextPart, nil
 }
 
 func isFirstPart(k []byte) bool {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/fdb-etcd/fdb-etcd/revision"
 )
@@ -186,11 +187,24 @@ type logEntry struct {
 const logPartBytes = 90_000
 
 func encodeLog(e logEntry) [][]byte {
+	return encodeLogParts(encodeLogHeader(e.ID), e.Events)
+}
+
+// encodeLogHeader is the start of a revision's first log part: the request
+// that wrote the revision. A staged revision's first part holds only this;
+// its events are in the parts after it, written while it was staged.
+func encodeLogHeader(id revision.RequestID) []byte {
+	cur := binary.BigEndian.AppendUint64(nil, id.Writer)
+	cur = binary.BigEndian.AppendUint64(cur, id.Seq)
+	return binary.AppendUvarint(cur, uint64(id.Index))
+}
+
+// encodeLogParts appends events to cur, starting a new part whenever one
+// grows past logPartBytes; an event never spans parts, so each part
+// decodes on its own.
+func encodeLogParts(cur []byte, events []logEvent) [][]byte {
 	var parts [][]byte
-	cur := binary.BigEndian.AppendUint64(nil, e.ID.Writer)
-	cur = binary.BigEndian.AppendUint64(cur, e.ID.Seq)
-	cur = binary.AppendUvarint(cur, uint64(e.ID.Index))
-	for _, ev := range e.Events {
+	for _, ev := range events {
 		if len(cur) > logPartBytes {
 			parts = append(parts, cur)
 			cur = nil
@@ -232,37 +246,49 @@ func decodeLog(parts [][]byte) (logEntry, error) {
 }
 
 // compaction is the compaction state: the revision requested (reads below it
-// fail) and the revision below which history is physically gone.
+// fail) and how far physical compaction got: every revision below Finished
+// is cleaned up and its log gone, and of revision Finished the log parts
+// below Part (partDone: all of them, for the target it was cleaned for).
 type compaction struct {
 	Requested int64
 	Finished  int64
-	By        revision.RequestID // the request that set Requested, for replays
+	Part      uint32
+	By        revision.RequestID // the request that set Requested
 }
+
+// partDone marks revision Finished as cleaned up whole.
+const partDone = math.MaxUint32
 
 func encodeCompaction(c compaction) []byte {
 	out := binary.BigEndian.AppendUint64(nil, uint64(c.Requested))
 	out = binary.BigEndian.AppendUint64(out, uint64(c.Finished))
 	out = binary.BigEndian.AppendUint64(out, c.By.Writer)
 	out = binary.BigEndian.AppendUint64(out, c.By.Seq)
-	return binary.BigEndian.AppendUint32(out, c.By.Index)
+	out = binary.BigEndian.AppendUint32(out, c.By.Index)
+	return binary.BigEndian.AppendUint32(out, c.Part)
 }
 
 func decodeCompaction(b []byte) (compaction, error) {
 	if b == nil {
 		// etcd starts with compaction revision -1, so Compact(0) succeeds
 		// once and revision -1 inside a Txn still reads the current state.
-		return compaction{Requested: -1}, nil
+		return compaction{Requested: -1, Part: partDone}, nil
 	}
-	if len(b) != 36 {
+	if len(b) != 36 && len(b) != 40 {
 		return compaction{}, errCorrupt
 	}
-	return compaction{
+	c := compaction{
 		Requested: int64(binary.BigEndian.Uint64(b)),
 		Finished:  int64(binary.BigEndian.Uint64(b[8:])),
+		Part:      partDone, // a record without a part cursor finished whole revisions
 		By: revision.RequestID{
 			Writer: binary.BigEndian.Uint64(b[16:]),
 			Seq:    binary.BigEndian.Uint64(b[24:]),
 			Index:  binary.BigEndian.Uint32(b[32:]),
 		},
-	}, nil
+	}
+	if len(b) == 40 {
+		c.Part = binary.BigEndian.Uint32(b[36:])
+	}
+	return c, nil
 }

@@ -28,6 +28,15 @@ type Config struct {
 	// cleans up.
 	CompactionBatch int
 	Sequencer       revision.Config
+	// StageBytes is how much a DeleteRange or a lease revoke may write in
+	// the batch it arrives in; a larger one is staged (stage.go). 0 means
+	// 512 KiB.
+	StageBytes int
+	// StageWorkers bounds the staging transactions in flight; 0 means 4.
+	StageWorkers int
+	// StageChunkBytes bounds what one staging transaction writes; 0 means
+	// 256 KiB, far below FoundationDB's 10 MB so that each commits quickly.
+	StageChunkBytes int
 	// SoleWriter says that no other process writes the storage (the
 	// embedded backend). Physical compaction then waits only for this
 	// store's own batches instead of the sequencer's replay window
@@ -78,6 +87,16 @@ func Open(db storage.DB, cfg Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.StageBytes <= 0 {
+		cfg.StageBytes = 512 << 10
+	}
+	if cfg.StageWorkers <= 0 {
+		cfg.StageWorkers = 4
+	}
+	if cfg.StageChunkBytes <= 0 {
+		cfg.StageChunkBytes = 256 << 10
+	}
+	cfg.Sequencer = cfg.Sequencer.WithDefaults()
 	s := &Store{
 		db: db, cfg: cfg, lg: cfg.Logger,
 		compactWake: make(chan struct{}, 1),
@@ -92,6 +111,14 @@ func Open(db storage.DB, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("mvcc: read head: %w", err)
 	}
 	s.seq = revision.New(db, s, cfg.Sequencer)
+	if cfg.SoleWriter {
+		// Nobody else can be staging: a reservation left pending is a
+		// crashed run's, to be finished before anything else is written.
+		if err := s.seq.FinishAbandoned(); err != nil {
+			s.seq.Stop()
+			return nil, fmt.Errorf("mvcc: finish an abandoned staged write: %w", err)
+		}
+	}
 	s.wg.Add(1)
 	go s.compactor()
 	s.wakeCompactor()
@@ -238,12 +265,24 @@ func (s *Store) Apply(tx storage.Tx, env *revision.Env, rev int64, id revision.R
 	case *RevokeRequest:
 		return s.applyRevoke(tx, rev, id, r)
 	}
+	if d, ok := req.(*pb.DeleteRangeRequest); ok && len(d.RangeEnd) > 0 {
+		if large, err := s.deleteOversized(tx, d.Key, normEnd(d.RangeEnd), rev); err != nil || large {
+			return nil, false, stageIf(large), err
+		}
+	}
 	ev, resp, reqErr, err := evaluate(tx, env.Compacted, rev, req, leaseExistsIn(tx))
 	if err != nil || reqErr != nil || len(ev.changes) == 0 {
 		return resp, false, reqErr, err
 	}
 	writeChanges(tx, rev+1, id, ev.changes)
 	return resp, true, nil, nil
+}
+
+func stageIf(large bool) error {
+	if large {
+		return revision.ErrStage
+	}
+	return nil
 }
 
 // Replay implements revision.Applier: the same evaluation against history,

@@ -74,19 +74,20 @@ func (s *Sequencer) readPending() (pending, beat []byte, err error) {
 }
 
 // rollForward finishes another writer's staged request, which stopped
-// showing progress: staging is deterministic, so this writes exactly what
-// that writer would have, and publishing records that writer's batch marker
-// for its retries.
+// showing progress: it takes the reservation over (a new epoch, which fences
+// that writer off, and its log parts cleared), stages it again — the same
+// index and history entries, since staging is deterministic — and publishes
+// it with that writer's batch marker, for its retries.
 func (s *Sequencer) rollForward(rec []byte) error {
-	res, err := decodeReservation(rec)
-	if err != nil {
-		return err
-	}
 	st, ok := s.app.(Stager)
 	if !ok {
 		return fmt.Errorf("revision: a staged write is pending and %T cannot finish it", s.app)
 	}
-	_, wrote, err := s.stage(st, res, false, s.stop)
+	res, err := s.takeOver(rec)
+	if err != nil || res == nil {
+		return err
+	}
+	_, wrote, err := s.stage(st, *res, false, s.stop)
 	switch {
 	case errors.Is(err, ErrNotPending):
 		return nil // published meanwhile
@@ -95,9 +96,54 @@ func (s *Sequencer) rollForward(rec []byte) error {
 	case err != nil:
 		return err
 	}
-	err = s.publish(st, res, wrote, false)
+	err = s.publish(st, *res, wrote, false)
 	if errors.Is(err, ErrNotPending) {
 		return nil
 	}
 	return err
+}
+
+// takeOver moves the reservation recorded as rec to the next epoch and
+// clears the log parts staged for it; nil if rec is no longer pending.
+func (s *Sequencer) takeOver(rec []byte) (*Reservation, error) {
+	res, err := decodeReservation(rec)
+	if err != nil {
+		return nil, err
+	}
+	res.Epoch++
+	ctx, cancel := context.WithTimeout(s.stop, s.cfg.CommitTimeout)
+	defer cancel()
+	err = s.db.Update(ctx, func(tx storage.Tx) error {
+		cur, err := tx.Get(keyspace.Pending)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(cur, rec) {
+			return ErrNotPending
+		}
+		tx.Set(keyspace.Pending, encodeReservation(res))
+		// Part 0 is written at publication; the rest were staged.
+		tx.ClearRange(keyspace.Log(res.Base+1, 1), keyspace.LogFrom(res.Base+2))
+		return nil
+	})
+	switch {
+	case errors.Is(err, ErrNotPending):
+		return nil, nil
+	case s.stop.Err() != nil:
+		return nil, ErrStopped
+	case err != nil:
+		return nil, err
+	}
+	return &res, nil
+}
+
+// FinishAbandoned finishes a staged request left pending, at once, without
+// waiting for its beat to stand still. Only for storage no other process
+// writes, where a reservation found at start-up is certainly abandoned.
+func (s *Sequencer) FinishAbandoned() error {
+	rec, _, err := s.readPending()
+	if err != nil || rec == nil {
+		return err
+	}
+	return s.rollForward(rec)
 }

@@ -84,8 +84,6 @@ type Config struct {
 	// BeatTimeout how long a waiter lets the beat stand still before it
 	// finishes the staged request itself. 0 means 500 ms and 5 s.
 	BeatInterval, BeatTimeout time.Duration
-	// StageWorkers bounds the staging transactions in flight; 0 means 4.
-	StageWorkers int
 	// Now is the clock for durations; nil means time.Now.
 	Now func() time.Time
 	// Observe, when set, is told each committed batch's size and duration.
@@ -108,12 +106,15 @@ func (c *Config) defaults() {
 	if c.BeatTimeout <= 0 {
 		c.BeatTimeout = 5 * time.Second
 	}
-	if c.StageWorkers <= 0 {
-		c.StageWorkers = 4
-	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+}
+
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.defaults()
+	return c
 }
 
 // ReplayWindow is how long after a compaction request commits a batch that

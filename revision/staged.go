@@ -32,11 +32,15 @@ import (
 // Staging is deterministic (the request evaluated at H, which nothing can
 // change while Pending exists) and idempotent, so any process can finish a
 // reservation from the record alone: a writer that stops showing progress
-// on keyspace.PendingBeat is taken over by a waiter after BeatTimeout. A
-// crash thus leaves the store either before the request (head H, staged
-// writes invisible) or, once anyone finishes it, after it. Every staging
-// transaction checks that its reservation is still pending, so no staged
-// write lands after it was published.
+// on keyspace.PendingBeat is taken over by a waiter after BeatTimeout. The
+// takeover bumps the reservation's epoch, which fences off the previous
+// stager, and clears the log parts staged so far, whose layout depends on
+// the stager's configuration; the index and history entries depend on the
+// request alone and are simply written again. A crash thus leaves the store
+// either before the request (head H, staged writes invisible) or, once
+// anyone finishes it, after it. Every staging transaction checks that its
+// reservation is still pending in its epoch, so no staged write lands after
+// it was published or taken over.
 
 // Stager is an Applier that can also write a request in several
 // transactions.
@@ -59,20 +63,21 @@ type Stager interface {
 
 // Reservation is a staged request: the revision it takes is Base+1.
 type Reservation struct {
-	Base int64
-	Env  Env
-	ID   RequestID
-	Req  []byte // the Stager's encoding of the request
+	Base  int64
+	Env   Env
+	ID    RequestID
+	Epoch uint32 // bumped by each takeover
+	Req   []byte // the Stager's encoding of the request
 }
 
 // ErrNotPending: the reservation a staging transaction writes for is no
-// longer the pending one (it was published).
+// longer the pending one (it was published, or taken over).
 var ErrNotPending = errors.New("revision: staged request is no longer pending")
 
-// Check fails with ErrNotPending unless r is still pending in tx. Staging
-// transactions call it before they write: it reads the head and Pending,
-// which only the publishing transaction changes, so a staging transaction
-// that overlaps the publication conflicts and finds it published.
+// Check fails with ErrNotPending unless r is still pending in tx, in its
+// epoch. Staging transactions call it before they write: it reads the head
+// and Pending, which only publication and takeover change, so a staging
+// transaction that overlaps either conflicts and then finds it so.
 func (r Reservation) Check(tx storage.ReadTx) error {
 	vals, err := tx.GetMany([][]byte{keyspace.Head, keyspace.Pending})
 	if err != nil {
@@ -89,24 +94,25 @@ func (r Reservation) Check(tx storage.ReadTx) error {
 	if err != nil {
 		return err
 	}
-	if cur.ID != r.ID {
+	if cur.ID != r.ID || cur.Epoch != r.Epoch {
 		return ErrNotPending
 	}
 	return nil
 }
 
 func encodeReservation(r Reservation) []byte {
-	out := make([]byte, 0, 44+len(r.Req))
+	out := make([]byte, 0, 40+len(r.Req))
 	out = binary.BigEndian.AppendUint64(out, uint64(r.Base))
 	out = binary.BigEndian.AppendUint64(out, uint64(r.Env.Compacted))
 	out = binary.BigEndian.AppendUint64(out, r.ID.Writer)
 	out = binary.BigEndian.AppendUint64(out, r.ID.Seq)
 	out = binary.BigEndian.AppendUint32(out, r.ID.Index)
+	out = binary.BigEndian.AppendUint32(out, r.Epoch)
 	return append(out, r.Req...)
 }
 
 func decodeReservation(v []byte) (Reservation, error) {
-	if len(v) < 36 {
+	if len(v) < 40 {
 		return Reservation{}, fmt.Errorf("revision: pending record of %d bytes", len(v))
 	}
 	return Reservation{
@@ -117,7 +123,8 @@ func decodeReservation(v []byte) (Reservation, error) {
 			Seq:    binary.BigEndian.Uint64(v[24:]),
 			Index:  binary.BigEndian.Uint32(v[32:]),
 		},
-		Req: bytes.Clone(v[36:]),
+		Epoch: binary.BigEndian.Uint32(v[36:]),
+		Req:   bytes.Clone(v[40:]),
 	}, nil
 }
 
@@ -172,9 +179,14 @@ func (s *Sequencer) reserve(st Stager, id RequestID, req any) (Reservation, erro
 			}
 			if vals[2] != nil {
 				cur, err := decodeReservation(vals[2])
-				if err != nil || cur.ID == id {
-					res = cur // an earlier attempt reserved it
+				switch {
+				case err != nil:
 					return err
+				case cur.ID == id && cur.Epoch == 0:
+					res = cur // an earlier attempt reserved it
+					return nil
+				case cur.ID == id:
+					return errPublished // taken over: another writer finishes it
 				}
 				return &errPending{rec: vals[2]}
 			}
@@ -241,7 +253,7 @@ func (s *Sequencer) beat(ctx context.Context, res Reservation) {
 			if err != nil {
 				return err
 			}
-			if cur.ID != res.ID {
+			if cur.ID != res.ID || cur.Epoch != res.Epoch {
 				return ErrNotPending
 			}
 			var n uint64
