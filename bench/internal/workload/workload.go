@@ -66,7 +66,7 @@ type Result struct {
 // Workload is one row of the report.
 type Workload interface {
 	// Group is a short id used by -workloads filters (put, range, txn,
-	// list, watch, progress, rss, lease).
+	// list, watch, progress, rss, lease, large).
 	Group() string
 	// Name is the row label; it must be identical for every server.
 	Name() string
@@ -131,6 +131,9 @@ type Params struct {
 	RSSWatchers int
 	// ProgressRounds is the number of RequestProgress round trips.
 	ProgressRounds int
+	// LargeDeleteKeys and LargeRevokeKeys size the large-request rows: a
+	// DeleteRange of a prefix, and the revoke of a lease, with that many keys.
+	LargeDeleteKeys, LargeRevokeKeys int
 }
 
 // Full is the preset for `make bench`.
@@ -154,6 +157,8 @@ func Full() Params {
 		WatchersPerStream: 100,
 		RSSWatchers:       10000,
 		ProgressRounds:    1000,
+		LargeDeleteKeys:   200_000,
+		LargeRevokeKeys:   50_000,
 	}
 }
 
@@ -172,6 +177,8 @@ func Quick() Params {
 	p.WatchDuration = time.Second
 	p.WatchGrace = 3 * time.Second
 	p.ProgressRounds = 50
+	p.LargeDeleteKeys = 20_000
+	p.LargeRevokeKeys = 5_000
 	return p
 }
 
