@@ -323,3 +323,27 @@ func TestExportStagedWrites(t *testing.T) {
 		t.Fatal("the delete and the revoke were not staged")
 	}
 }
+
+// TestDeleteBehindDeletedKeysIsStaged: the size check of a DeleteRange
+// reads past index entries of keys deleted earlier (tombstones until
+// compaction), which cost nothing to delete again, to the live keys behind
+// them.
+func TestDeleteBehindDeletedKeysIsStaged(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.Open(t)
+	s := openInternal(t, db, Config{StageBytes: 16 << 10, SoleWriter: true})
+	fill(t, s, "z/", 6000, 0)
+	for i := 0; i < 5000; i += 100 {
+		end := []byte(fmt.Sprintf("z/%07d", i+100))
+		if _, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte(fmt.Sprintf("z/%07d", i)), RangeEnd: end}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("z/"), RangeEnd: []byte("z0")})
+	if err != nil || d.Deleted != 1000 {
+		t.Fatalf("delete: %v, %v", d, err)
+	}
+	if !isStaged(t, db, d.Header.Revision) {
+		t.Fatal("1,000 keys behind 5,000 deleted ones: not staged")
+	}
+}

@@ -65,17 +65,24 @@ func (s *Store) overStageBytes(kvs []storage.KeyValue, prefixLen int) bool {
 
 // deleteOversized reports whether a DeleteRange of [key, end) at rev
 // deletes more than StageBytes, reading the index only as far as it takes
-// to tell.
+// to tell (index entries of deleted keys count for their reading, not for
+// the delete).
 func (s *Store) deleteOversized(tx storage.ReadTx, key, end []byte, rev int64) (bool, error) {
-	if len(end) > 0 && bytes.Compare(key, end) >= 0 {
-		return false, nil
+	n, read := 0, 0
+	for cursor := key; cursor != nil && (len(end) == 0 || bytes.Compare(cursor, end) < 0); {
+		next, err := scanLive(tx, cursor, end, rev, stagePageKeys, func(k []byte, _ meta, _ *version) bool {
+			n += deleteCost(k)
+			return n <= s.cfg.StageBytes
+		})
+		if err != nil || n > s.cfg.StageBytes {
+			return n > s.cfg.StageBytes, err
+		}
+		if read += stagePageKeys; read > 16*s.stageKeys() {
+			return true, nil // too many to tell in one transaction: stage it
+		}
+		cursor = next
 	}
-	n := 0
-	_, err := scanLive(tx, key, end, rev, s.stageKeys()+1, func(k []byte, _ meta, _ *version) bool {
-		n += deleteCost(k)
-		return n <= s.cfg.StageBytes
-	})
-	return n > s.cfg.StageBytes, err
+	return false, nil
 }
 
 // Reserve implements revision.Stager.

@@ -103,25 +103,29 @@ func (s *Sequencer) rollForward(rec []byte) error {
 	return err
 }
 
-// takeOver moves the reservation recorded as rec to the next epoch and
-// clears the log parts staged for it; nil if rec is no longer pending.
+// takeOver moves the reservation recorded as rec to the next epoch, with
+// this writer as its owner, and clears the log parts staged for it; nil if
+// rec is no longer pending (someone else published or took it).
 func (s *Sequencer) takeOver(rec []byte) (*Reservation, error) {
 	res, err := decodeReservation(rec)
 	if err != nil {
 		return nil, err
 	}
-	res.Epoch++
+	res.Epoch, res.Owner = res.Epoch+1, s.writer
+	taken := encodeReservation(res)
 	ctx, cancel := context.WithTimeout(s.stop, s.cfg.CommitTimeout)
 	defer cancel()
 	err = s.db.Update(ctx, func(tx storage.Tx) error {
 		cur, err := tx.Get(keyspace.Pending)
-		if err != nil {
+		switch {
+		case err != nil:
 			return err
-		}
-		if !bytes.Equal(cur, rec) {
+		case bytes.Equal(cur, taken):
+			return nil // an attempt reported as unknown result took it
+		case !bytes.Equal(cur, rec):
 			return ErrNotPending
 		}
-		tx.Set(keyspace.Pending, encodeReservation(res))
+		tx.Set(keyspace.Pending, taken)
 		// Part 0 is written at publication; the rest were staged.
 		tx.ClearRange(keyspace.Log(res.Base+1, 1), keyspace.LogFrom(res.Base+2))
 		return nil

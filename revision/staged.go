@@ -67,6 +67,7 @@ type Reservation struct {
 	Env   Env
 	ID    RequestID
 	Epoch uint32 // bumped by each takeover
+	Owner uint64 // the writer staging it in this epoch
 	Req   []byte // the Stager's encoding of the request
 }
 
@@ -94,25 +95,26 @@ func (r Reservation) Check(tx storage.ReadTx) error {
 	if err != nil {
 		return err
 	}
-	if cur.ID != r.ID || cur.Epoch != r.Epoch {
+	if cur.ID != r.ID || cur.Epoch != r.Epoch || cur.Owner != r.Owner {
 		return ErrNotPending
 	}
 	return nil
 }
 
 func encodeReservation(r Reservation) []byte {
-	out := make([]byte, 0, 40+len(r.Req))
+	out := make([]byte, 0, 48+len(r.Req))
 	out = binary.BigEndian.AppendUint64(out, uint64(r.Base))
 	out = binary.BigEndian.AppendUint64(out, uint64(r.Env.Compacted))
 	out = binary.BigEndian.AppendUint64(out, r.ID.Writer)
 	out = binary.BigEndian.AppendUint64(out, r.ID.Seq)
 	out = binary.BigEndian.AppendUint32(out, r.ID.Index)
 	out = binary.BigEndian.AppendUint32(out, r.Epoch)
+	out = binary.BigEndian.AppendUint64(out, r.Owner)
 	return append(out, r.Req...)
 }
 
 func decodeReservation(v []byte) (Reservation, error) {
-	if len(v) < 40 {
+	if len(v) < 48 {
 		return Reservation{}, fmt.Errorf("revision: pending record of %d bytes", len(v))
 	}
 	return Reservation{
@@ -124,7 +126,8 @@ func decodeReservation(v []byte) (Reservation, error) {
 			Index:  binary.BigEndian.Uint32(v[32:]),
 		},
 		Epoch: binary.BigEndian.Uint32(v[36:]),
-		Req:   bytes.Clone(v[40:]),
+		Owner: binary.BigEndian.Uint64(v[40:]),
+		Req:   bytes.Clone(v[48:]),
 	}, nil
 }
 
@@ -206,7 +209,7 @@ func (s *Sequencer) reserve(st Stager, id RequestID, req any) (Reservation, erro
 			if invariants {
 				checkNothingAbove(tx, head.Rev)
 			}
-			res = Reservation{Base: head.Rev, Env: env, ID: id, Req: enc}
+			res = Reservation{Base: head.Rev, Env: env, ID: id, Owner: s.writer, Req: enc}
 			tx.Set(keyspace.Pending, encodeReservation(res))
 			return nil
 		})
@@ -253,7 +256,7 @@ func (s *Sequencer) beat(ctx context.Context, res Reservation) {
 			if err != nil {
 				return err
 			}
-			if cur.ID != res.ID || cur.Epoch != res.Epoch {
+			if cur.ID != res.ID || cur.Epoch != res.Epoch || cur.Owner != res.Owner {
 				return ErrNotPending
 			}
 			var n uint64

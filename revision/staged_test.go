@@ -184,10 +184,11 @@ func (d *cutDB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
 }
 
 // TestStagedRequestTakenOver: a writer that reserved and half staged a
-// request is cut off. Another writer's request waits until the beat stands
-// still for BeatTimeout, then finishes the staged request (same writes,
-// the first writer's batch marker) and commits after it. The first writer's
-// caller was told its outcome is unknown.
+// request is cut off. Two other writers' requests wait until the beat stands
+// still for BeatTimeout; one of them takes the staged request over and
+// finishes it (same writes, the first writer's batch marker), and both
+// commit after it. The first writer's caller was told its outcome is
+// unknown.
 func TestStagedRequestTakenOver(t *testing.T) {
 	raw := openDB(t)
 	dying := &cutDB{DB: raw}
@@ -205,17 +206,37 @@ func TestStagedRequestTakenOver(t *testing.T) {
 	if h, n := headOf(t, raw), countedAt(t, raw, 2); h != 1 || n != 400 {
 		t.Fatalf("after the cut: head %d, %d keys staged; want 1 and 400", h, n)
 	}
-	b := revision.New(raw, counter{db: raw}, revision.Config{BeatInterval: 10 * time.Millisecond, BeatTimeout: 200 * time.Millisecond})
-	defer b.Stop()
-	r, err := b.Do(context.Background(), 5, 5)
-	if err != nil || r.(int64) != 3 {
-		t.Fatalf("request after the takeover: revision %v, %v; want 3", r, err)
+	// Two writers wait for it; either may take it over (the other then
+	// waits for that one), every commit of theirs reported as unknown
+	// result and retried.
+	cfg := revision.Config{BeatInterval: 10 * time.Millisecond, BeatTimeout: 200 * time.Millisecond}
+	revs := make(chan int64, 2)
+	errs := make(chan error, 2)
+	for i := range 2 {
+		db := faulty.Wrap(raw, faulty.Options{Seed: int64(i), CommitUnknownProbability: 1})
+		w := revision.New(db, counter{db: db}, cfg)
+		defer w.Stop()
+		go func() {
+			r, err := w.Do(context.Background(), 5, 5)
+			if err == nil {
+				revs <- r.(int64)
+			}
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("request after the takeover: %v", err)
+		}
+	}
+	if r1, r2 := <-revs, <-revs; min(r1, r2) != 3 || max(r1, r2) != 4 {
+		t.Fatalf("the waiting writers took revisions %d and %d, want 3 and 4", r1, r2)
 	}
 	if n := countedAt(t, raw, 2); n != 995 {
 		t.Fatalf("%d keys of revision 2, want 995", n)
 	}
-	if n := countedAt(t, raw, 3); n != 5 {
-		t.Fatalf("%d keys of revision 3, want 5", n)
+	if n := countedAt(t, raw, 3) + countedAt(t, raw, 4); n != 5 {
+		t.Fatalf("%d keys of revisions 3 and 4, want 5", n)
 	}
 }
 
