@@ -347,3 +347,48 @@ func TestDeleteBehindDeletedKeysIsStaged(t *testing.T) {
 		t.Fatal("1,000 keys behind 5,000 deleted ones: not staged")
 	}
 }
+
+// historyProbe counts the history range reads of its transactions.
+type historyProbe struct {
+	storage.DB
+	reads atomic.Int64
+}
+
+func (p *historyProbe) View(ctx context.Context, fn func(storage.ReadTx) error) error {
+	return p.DB.View(ctx, func(tx storage.ReadTx) error { return fn(&historyProbeTx{ReadTx: tx, p: p}) })
+}
+
+type historyProbeTx struct {
+	storage.ReadTx
+	p *historyProbe
+}
+
+func (t *historyProbeTx) GetRange(b, e []byte, o storage.RangeOptions) ([]storage.KeyValue, error) {
+	if len(b) > 0 && b[0] == keyspace.HistoryPrefix(nil)[0] {
+		t.p.reads.Add(1)
+	}
+	return t.ReadTx.GetRange(b, e, o)
+}
+
+// TestReadsBeforeStagedDeleteSkipHistory: every read during a staged
+// delete is a read of the revision before it; the tombstones it staged
+// record the versions they delete, so such a read finds each key without a
+// history lookup (one per key, 3.7 s for 20,000 keys on FoundationDB before).
+func TestReadsBeforeStagedDeleteSkipHistory(t *testing.T) {
+	ctx := context.Background()
+	probe := &historyProbe{DB: testdb.Open(t)}
+	s := openInternal(t, probe, Config{StageBytes: 16 << 10, SoleWriter: true})
+	fill(t, s, "r/", 2000, 0)
+	d, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("r/"), RangeEnd: []byte("r0")})
+	if err != nil || !isStaged(t, probe, d.Header.Revision) {
+		t.Fatalf("delete %v, %v: not staged", d, err)
+	}
+	probe.reads.Store(0)
+	r, err := s.Range(ctx, &pb.RangeRequest{Key: []byte("r/"), RangeEnd: []byte("r0"), Revision: d.Header.Revision - 1})
+	if err != nil || len(r.Kvs) != 2000 || string(r.Kvs[1999].Value) != "value-1999" {
+		t.Fatalf("range before the delete: %d keys, %v", len(r.GetKvs()), err)
+	}
+	if n := probe.reads.Load(); n != 0 {
+		t.Fatalf("%d history lookups reading 2,000 keys at the revision before a staged delete, want 0", n)
+	}
+}

@@ -17,17 +17,51 @@ type meta struct {
 	Version   int64
 	Lease     int64
 	Tombstone bool
+	// Prev, on a tombstone a staged write left, is the live version it
+	// deleted: readers of the revisions before the tombstone (every reader
+	// while the write is being staged) find the key here instead of in
+	// history.
+	Prev *meta
 }
 
-const flagTombstone = 1
+const (
+	flagTombstone = 1
+	flagPrev      = 2
+)
+
+// at returns the version of the key live at rev if m tells it without
+// history: m itself, or the version a staged tombstone records; nil if m
+// says the key was deleted at rev; ok false if only history can tell.
+func (m *meta) at(rev int64) (live *meta, ok bool) {
+	switch {
+	case m.ModRev <= rev && m.Tombstone:
+		return nil, true
+	case m.ModRev <= rev:
+		return m, true
+	case m.Prev != nil && m.Prev.ModRev <= rev:
+		return m.Prev, true
+	}
+	return nil, false
+}
 
 var errCorrupt = errors.New("mvcc: corrupt record")
 
 func encodeMeta(m meta) []byte {
-	out := make([]byte, 1, 1+4*binary.MaxVarintLen64)
+	out := make([]byte, 1, 1+8*binary.MaxVarintLen64)
 	if m.Tombstone {
 		out[0] = flagTombstone
 	}
+	if m.Prev != nil {
+		out[0] |= flagPrev
+	}
+	out = appendMetaFields(out, m)
+	if m.Prev != nil {
+		out = appendMetaFields(out, *m.Prev)
+	}
+	return out
+}
+
+func appendMetaFields(out []byte, m meta) []byte {
 	out = binary.AppendUvarint(out, uint64(m.ModRev))
 	out = binary.AppendUvarint(out, uint64(m.CreateRev))
 	out = binary.AppendUvarint(out, uint64(m.Version))
@@ -87,12 +121,23 @@ func (d *decoder) bytes(n int64) []byte {
 
 func decodeMeta(b []byte) (meta, error) {
 	d := decoder{b: b}
-	m := meta{Tombstone: d.byte1()&flagTombstone != 0}
+	flags := d.byte1()
+	m := d.metaFields()
+	m.Tombstone = flags&flagTombstone != 0
+	if flags&flagPrev != 0 {
+		prev := d.metaFields()
+		m.Prev = &prev
+	}
+	return m, d.err
+}
+
+func (d *decoder) metaFields() meta {
+	var m meta
 	m.ModRev = d.uvarint()
 	m.CreateRev = d.uvarint()
 	m.Version = d.uvarint()
 	m.Lease = d.varint()
-	return m, d.err
+	return m
 }
 
 // version is one stored version of a key: a history record. Its value is

@@ -58,9 +58,10 @@ func checkRevoke(tx storage.ReadTx, r *RevokeRequest) (reqErr, err error) {
 // leaseKeysAt returns, in key order, the keys among the attachment entries
 // kvs (of lease id) that are live at rev and held by the lease: one batched
 // read of their index entries, and history only for keys changed since rev
-// (a staged revoke reads at its reserved base while its own tombstones are
-// already in the index). The index decides; an attachment is only where to
-// look.
+// that the index entry cannot tell about (a staged revoke reads at its
+// reserved base while its own tombstones, which record what they deleted,
+// are already in the index). The index decides; an attachment is only where
+// to look.
 func leaseKeysAt(tx storage.ReadTx, kvs []storage.KeyValue, id, rev int64) ([]*entry, error) {
 	prefix := len(keyspace.AttachPrefix(id))
 	keys := make([][]byte, len(kvs))
@@ -81,13 +82,13 @@ func leaseKeysAt(tx storage.ReadTx, kvs []storage.KeyValue, id, rev int64) ([]*e
 			return nil, err
 		}
 		key := kvs[i].Key[prefix:]
-		e := &entry{key: key, meta: m}
-		if m.ModRev > rev {
+		var e *entry
+		if live, ok := m.at(rev); !ok {
 			if e, err = versionAt(tx, key, rev); err != nil {
 				return nil, err
 			}
-		} else if m.Tombstone {
-			e = nil
+		} else if live != nil {
+			e = &entry{key: key, meta: *live}
 		}
 		if e != nil && e.meta.Lease == id {
 			out = append(out, e)

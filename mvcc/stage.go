@@ -43,9 +43,10 @@ const (
 // value limit.
 const maxReservedRequest = 90_000
 
-// deleteCost estimates the bytes deleting key writes: its index entry, its
-// tombstone version, its log event.
-func deleteCost(key []byte) int { return 3*len(key) + 48 }
+// deleteCost estimates the bytes deleting key writes: its index entry (with
+// the version it deletes, when staged), its tombstone version, its log
+// event.
+func deleteCost(key []byte) int { return 3*len(key) + 64 }
 
 // stageKeys is the most keys a request deletes without being staged.
 func (s *Store) stageKeys() int { return s.cfg.StageBytes / deleteCost(nil) }

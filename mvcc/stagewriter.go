@@ -80,7 +80,9 @@ func (w *stageWriter) submit(page []*entry) {
 
 // write stages one page: tombstones in the index and history at the
 // reserved revision, the attachments of deleted keys cleared, the page's
-// log parts.
+// log parts. Each index tombstone records the version it deletes, so that
+// readers of the reserved base — everyone until publication — need no
+// history read per key.
 func (w *stageWriter) write(page []*entry, events []logEvent, parts [][]byte, part0 int) error {
 	rev := w.r.Base + 1
 	ctx, cancel := context.WithTimeout(w.ctx, w.s.cfg.Sequencer.CommitTimeout)
@@ -93,7 +95,9 @@ func (w *stageWriter) write(page []*entry, events []logEvent, parts [][]byte, pa
 			if e.meta.Lease != 0 && !w.revoke {
 				tx.Clear(keyspace.Attach(e.meta.Lease, e.key))
 			}
-			tx.Set(keyspace.Latest(e.key), encodeMeta(meta{ModRev: rev, Tombstone: true}))
+			prev := e.meta
+			prev.Prev = nil
+			tx.Set(keyspace.Latest(e.key), encodeMeta(meta{ModRev: rev, Tombstone: true, Prev: &prev}))
 			tx.Set(keyspace.History(e.key, rev), encodeVersion(version{Sub: events[i].Sub, Tombstone: true, Chunks: 1}))
 		}
 		for i, p := range parts {

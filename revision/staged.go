@@ -172,46 +172,9 @@ func (s *Sequencer) reserve(st Stager, id RequestID, req any) (Reservation, erro
 		var reqErr error
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CommitTimeout)
 		err := s.db.Update(ctx, func(tx storage.Tx) error {
-			res, reqErr = Reservation{}, nil
-			vals, err := tx.GetMany([][]byte{keyspace.Batch(id.Writer, id.Seq), keyspace.Head, keyspace.Pending})
-			if err != nil {
-				return err
-			}
-			if vals[0] != nil {
-				return errPublished
-			}
-			if vals[2] != nil {
-				cur, err := decodeReservation(vals[2])
-				switch {
-				case err != nil:
-					return err
-				case cur.ID == id && cur.Epoch == 0:
-					res = cur // an earlier attempt reserved it
-					return nil
-				case cur.ID == id:
-					return errPublished // taken over: another writer finishes it
-				}
-				return &errPending{rec: vals[2]}
-			}
-			head, err := DecodeHead(vals[1])
-			if err != nil {
-				return err
-			}
-			env, err := s.app.Begin(tx)
-			if err != nil {
-				return err
-			}
-			enc, rerr, err := st.Reserve(tx, env, head.Rev, req)
-			if err != nil || rerr != nil {
-				reqErr = rerr
-				return err
-			}
-			if invariants {
-				checkNothingAbove(tx, head.Rev)
-			}
-			res = Reservation{Base: head.Rev, Env: env, ID: id, Owner: s.writer, Req: enc}
-			tx.Set(keyspace.Pending, encodeReservation(res))
-			return nil
+			var err error
+			res, reqErr, err = s.reserveTx(tx, st, id, req)
+			return err
 		})
 		cancel()
 		var pend *errPending
@@ -223,6 +186,47 @@ func (s *Sequencer) reserve(st Stager, id RequestID, req any) (Reservation, erro
 		}
 		return res, reqErr, err
 	}
+}
+
+// reserveTx is one attempt of reserve.
+func (s *Sequencer) reserveTx(tx storage.Tx, st Stager, id RequestID, req any) (Reservation, error, error) {
+	vals, err := tx.GetMany([][]byte{keyspace.Batch(id.Writer, id.Seq), keyspace.Head, keyspace.Pending})
+	if err != nil {
+		return Reservation{}, nil, err
+	}
+	if vals[0] != nil {
+		return Reservation{}, nil, errPublished
+	}
+	if vals[2] != nil {
+		cur, err := decodeReservation(vals[2])
+		switch {
+		case err != nil:
+			return Reservation{}, nil, err
+		case cur.ID == id && cur.Epoch == 0:
+			return cur, nil, nil // an earlier attempt reserved it
+		case cur.ID == id:
+			return Reservation{}, nil, errPublished // taken over: another writer finishes it
+		}
+		return Reservation{}, nil, &errPending{rec: vals[2]}
+	}
+	head, err := DecodeHead(vals[1])
+	if err != nil {
+		return Reservation{}, nil, err
+	}
+	env, err := s.app.Begin(tx)
+	if err != nil {
+		return Reservation{}, nil, err
+	}
+	enc, reqErr, err := st.Reserve(tx, env, head.Rev, req)
+	if err != nil || reqErr != nil {
+		return Reservation{}, reqErr, err
+	}
+	if invariants {
+		checkNothingAbove(tx, head.Rev)
+	}
+	res := Reservation{Base: head.Rev, Env: env, ID: id, Owner: s.writer, Req: enc}
+	tx.Set(keyspace.Pending, encodeReservation(res))
+	return res, nil, nil
 }
 
 // stage runs the Stager while showing progress on PendingBeat.
