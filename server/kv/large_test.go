@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,14 +17,16 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/storage/faulty"
 )
 
-// fillKeys puts n keys prefix%07d in Txns of 128 puts (etcd's limit).
+// fillKeys puts n keys under prefix, of about the length of a kube object's
+// key, in Txns of 128 puts (etcd's limit).
 func fillKeys(t *testing.T, c *clientv3.Client, prefix string, n int, lease clientv3.LeaseID) {
 	t.Helper()
 	ctx := context.Background()
+	name := strings.Repeat("x", 60)
 	for i := 0; i < n; i += 128 {
 		var ops []clientv3.Op
 		for j := i; j < min(n, i+128); j++ {
-			ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%07d", prefix, j), "v", clientv3.WithLease(lease)))
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("%sns/%s-%07d", prefix, name, j), "v", clientv3.WithLease(lease)))
 		}
 		if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
 			t.Fatal(err)
@@ -70,7 +73,7 @@ func deletesAt(t *testing.T, ch clientv3.WatchChan, n int) (responses int, revs 
 // timed out" when reading its keys outlasts a transaction) and changes
 // nothing.
 func TestLargeDeleteAndRevoke(t *testing.T) {
-	const n = 60_000
+	const n = 60_000 // of kube-length keys: each request writes over 10 MB
 	db := faulty.Wrap(testdb.Open(t), faulty.Options{})
 	s := testserver.Start(t, testserver.Options{DB: db})
 	c := s.Client

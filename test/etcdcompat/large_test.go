@@ -89,14 +89,16 @@ func TestLargeDeleteCompat(t *testing.T) {
 	t.Logf("watch: %s", got[p.ref.name])
 }
 
-// fillCompat puts n keys prefix%07d on both servers in Txns of 128 puts,
-// every other key on lease if lease != 0.
+// fillCompat puts n keys under prefix, of about the length of a kube
+// object's key, on both servers in Txns of 128 puts, every other key on
+// lease if lease != 0.
 func fillCompat(t *testing.T, p *pair, prefix string, n int, lease int64) {
 	t.Helper()
+	name := strings.Repeat("x", 60)
 	for i := 0; i < n; i += 128 {
 		txn := &pb.TxnRequest{}
 		for j := i; j < min(n, i+128); j++ {
-			put := &pb.PutRequest{Key: []byte(fmt.Sprintf("%s%07d", prefix, j)), Value: []byte(fmt.Sprintf("value %d", j))}
+			put := &pb.PutRequest{Key: []byte(fmt.Sprintf("%sns/%s-%07d", prefix, name, j)), Value: []byte(fmt.Sprintf("value %d", j))}
 			if lease != 0 && j%2 == 0 {
 				put.Lease = lease
 			}
