@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"bytes"
 	"context"
 	"sort"
 	"time"
@@ -273,12 +274,11 @@ func (s *Store) compactStep(ctx context.Context, target int64) (finished int64, 
 			}
 			part = 0 // clean revision Finished again, for the new target
 		}
-		parts, err := tx.GetRange(keyspace.Log(from, int(part)), keyspace.LogFrom(to+1),
-			storage.RangeOptions{Limit: compactParts})
+		parts, cut, err := stepParts(tx, keyspace.Log(from, int(part)), keyspace.LogFrom(to+1), s.cfg.CompactionBatch)
 		if err != nil {
 			return err
 		}
-		keys, nextRev, nextPart, err := stepKeys(parts, s.cfg.CompactionBatch)
+		keys, nextRev, nextPart, err := stepKeys(parts, s.cfg.CompactionBatch, cut)
 		if err != nil {
 			return err
 		}
@@ -305,14 +305,44 @@ func (s *Store) compactStep(ctx context.Context, target int64) (finished int64, 
 	return finished, more, cleaned, err
 }
 
-// compactParts bounds the log parts one compaction step reads.
-const compactParts = 64
+// stepParts reads log parts from begin, in reads of growing size (a part
+// holds one small revision's events or up to 90 kB of a large one's), until
+// they name at least batch events or the range [begin, end) is exhausted;
+// cut says that more parts may follow.
+func stepParts(tx storage.ReadTx, begin, end []byte, batch int) (parts []storage.KeyValue, cut bool, err error) {
+	events := 0
+	for limit := 8; ; limit = min(2*limit, 1024) {
+		kvs, err := tx.GetRange(begin, end, storage.RangeOptions{Limit: limit})
+		if err != nil {
+			return nil, false, err
+		}
+		parts = append(parts, kvs...)
+		for _, kv := range kvs {
+			_, part, err := keyspace.ParseLog(kv.Key)
+			if err != nil {
+				return nil, false, err
+			}
+			evs, err := decodeLogPart(kv.Value, part == 0)
+			if err != nil {
+				return nil, false, err
+			}
+			events += len(evs)
+		}
+		if len(kvs) < limit {
+			return parts, false, nil
+		}
+		if events >= batch {
+			return parts, true, nil
+		}
+		begin = append(bytes.Clone(kvs[len(kvs)-1].Key), 0)
+	}
+}
 
 // stepKeys returns, sorted, the keys named by the leading log parts that
 // hold at least batch keys (at least one part), and the revision and part
 // of the first part left for the next step; 0 when none is left, that is
-// when the parts were not cut by the read limit and all were taken.
-func stepKeys(parts []storage.KeyValue, batch int) (keys []string, nextRev int64, nextPart uint32, err error) {
+// when the parts were not cut (by stepParts) and all were taken.
+func stepKeys(parts []storage.KeyValue, batch int, cut bool) (keys []string, nextRev int64, nextPart uint32, err error) {
 	set := map[string]struct{}{}
 	for i, p := range parts {
 		rev, part, err := keyspace.ParseLog(p.Key)
@@ -330,7 +360,7 @@ func stepKeys(parts []storage.KeyValue, batch int) (keys []string, nextRev int64
 		for _, ev := range evs {
 			set[string(ev.Key)] = struct{}{}
 		}
-		if i == len(parts)-1 && len(parts) == compactParts {
+		if i == len(parts)-1 && cut {
 			nextRev, nextPart = rev, uint32(part+1) // more may follow
 		}
 	}

@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -390,5 +392,49 @@ func TestReadsBeforeStagedDeleteSkipHistory(t *testing.T) {
 	}
 	if n := probe.reads.Load(); n != 0 {
 		t.Fatalf("%d history lookups reading 2,000 keys at the revision before a staged delete, want 0", n)
+	}
+}
+
+// TestCompactLargeRevision: physical compaction cleans up a staged revision
+// of 60,000 kube-length keys, whose cleanup writes more than one
+// transaction may (FoundationDB's limits, enforced), in steps of
+// CompactionBatch keys resuming within the revision, and leaves nothing of
+// the deleted keys.
+func TestCompactLargeRevision(t *testing.T) {
+	ctx := context.Background()
+	db := faulty.Wrap(testdb.Open(t), faulty.Options{})
+	s := openInternal(t, db, Config{SoleWriter: true})
+	prefix := "c/" + strings.Repeat("x", 80) + "-"
+	fill(t, s, prefix, 60_000, 0)
+	d, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("c/"), RangeEnd: []byte("c0")})
+	if err != nil || !isStaged(t, db, d.Header.Revision) {
+		t.Fatalf("delete %v, %v: not staged", d, err)
+	}
+	p, err := s.Put(ctx, &pb.PutRequest{Key: []byte("after"), Value: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if _, err := s.Compact(cctx, &pb.CompactionRequest{Revision: p.Header.Revision, Physical: true}); err != nil {
+		t.Fatalf("physical compaction: %v", err)
+	}
+	var left int
+	err = db.View(ctx, func(tx storage.ReadTx) error {
+		kvs, err := tx.GetRange(keyspace.HistoryPrefix([]byte("c/")), keyspace.HistoryPrefix([]byte("c0")), storage.RangeOptions{Limit: 10})
+		left = len(kvs)
+		if err != nil {
+			return err
+		}
+		lb, le := keyspace.LatestRange([]byte("c/"), []byte("c0"))
+		kvs, err = tx.GetRange(lb, le, storage.RangeOptions{Limit: 10})
+		left += len(kvs)
+		return err
+	})
+	if err != nil || left != 0 {
+		t.Fatalf("history and index entries of the deleted keys left: %d (%v)", left, err)
+	}
+	if n := db.Stats.LimitErrors.Load(); n != 0 {
+		t.Fatalf("%d transactions over FoundationDB's limits", n)
 	}
 }
