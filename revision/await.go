@@ -87,7 +87,7 @@ func (s *Sequencer) rollForward(rec []byte) error {
 	if err != nil || res == nil {
 		return err
 	}
-	_, wrote, err := s.stage(st, *res, false, s.stop)
+	_, wrote, err := s.stage(s.stop, st, *res, false)
 	switch {
 	case errors.Is(err, ErrNotPending):
 		return nil // published meanwhile

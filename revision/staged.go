@@ -148,7 +148,7 @@ func (s *Sequencer) commitStaged(p *pending) int {
 	case reqErr != nil:
 		return answer(one, []result{{err: reqErr}})
 	}
-	resp, wrote, err := s.stage(st, res, true, context.Background())
+	resp, wrote, err := s.stage(context.Background(), st, res, true)
 	if err == nil {
 		err = s.publish(st, res, wrote, true)
 	}
@@ -230,7 +230,7 @@ func (s *Sequencer) reserveTx(tx storage.Tx, st Stager, id RequestID, req any) (
 }
 
 // stage runs the Stager while showing progress on PendingBeat.
-func (s *Sequencer) stage(st Stager, res Reservation, respond bool, ctx context.Context) (any, bool, error) {
+func (s *Sequencer) stage(ctx context.Context, st Stager, res Reservation, respond bool) (any, bool, error) {
 	beatCtx, stopBeat := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
