@@ -7,6 +7,8 @@
 //
 //	0x01 'h'                      head: current revision and the batch that wrote it
 //	0x01 'c'                      compaction: requested and physically finished revisions
+//	0x01 'p'                      pending: the one staged write in progress (reserved revision, request)
+//	0x01 'b'                      pending beat: bumped while a staged write makes progress
 //	0x02 key                      latest: the newest version's metadata of key (or its tombstone)
 //	0x03 esc(key) rev             history: one version of key, with the first value chunk
 //	0x04 esc(key) rev idx         chunks: value chunks 1.. of one version
@@ -45,6 +47,17 @@ var Head = []byte{famMeta, 'h'}
 
 // Compaction holds the compaction state.
 var Compaction = []byte{famMeta, 'c'}
+
+// Pending holds the reservation of a write too large for one transaction:
+// the revision it takes and the request, staged in several transactions and
+// published by one that moves Head. While it exists no other write commits.
+var Pending = []byte{famMeta, 'p'}
+
+// PendingBeat is a counter the writer staging the pending write bumps while
+// it makes progress; waiters that see it stand still take the write over.
+// It is apart from Pending so that the beats never conflict with the
+// staging transactions, which read Pending.
+var PendingBeat = []byte{famMeta, 'b'}
 
 // Singleton names a key owned by a layer above mvcc (lease ownership, ...).
 func Singleton(name string) []byte {

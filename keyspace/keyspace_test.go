@@ -20,6 +20,8 @@ func TestGoldenEncoding(t *testing.T) {
 	line := func(name string, k []byte) { fmt.Fprintf(&b, "%-28s %s\n", name, hex.EncodeToString(k)) }
 	line("Head", Head)
 	line("Compaction", Compaction)
+	line("Pending", Pending)
+	line("PendingBeat", PendingBeat)
 	line("Singleton(lease-owner)", Singleton("lease-owner"))
 	line("Latest(/registry/a)", Latest([]byte("/registry/a")))
 	line("History(a\\x00b, 258)", History([]byte("a\x00b"), 258))

@@ -21,6 +21,11 @@ var errRenewed = errors.New("lease: renewed since it was found expired")
 // index window, the next window read, or a change of ownership.
 func (l *Lessor) run() {
 	defer l.wg.Done()
+<<<<<<< HEAD
+=======
+	var nextRenew time.Time
+	retry := expiryRetry{}
+>>>>>>> wip/large
 	for !l.stopped() {
 		changed := l.owner.Changed()
 		st := l.adopt()
@@ -33,8 +38,15 @@ func (l *Lessor) run() {
 			}
 			st = l.state()
 		}
+		if !st.owned {
+			clear(retry) // another owner tries them now
+		}
 		if st.owned && st.promoted {
+<<<<<<< HEAD
 			next, more := l.expirePass(st)
+=======
+			next, more := l.expirePass(st, &nextRenew, retry)
+>>>>>>> wip/large
 			if more {
 				continue
 			}
@@ -158,46 +170,128 @@ const (
 	outFailed                  // storage failure; try again later
 )
 
+<<<<<<< HEAD
 // expirePass reads the index window, expires what is due, and returns when
 // to wake next; more means the window was full of due leases and the caller
 // should go again at once.
 func (l *Lessor) expirePass(st ownState) (next time.Time, more bool) {
+=======
+// expiryRetry holds the leases whose revoke failed, and when each may be
+// tried again: the delay doubles from minExpiryRetry to maxExpiryRetry, so
+// that a lease that keeps failing (its revoke timing out, the storage
+// refusing it) is tried less and less often instead of on every pass,
+// ahead of the leases behind it. The run loop owns it; an entry goes when
+// its lease expires or turns out renewed, so it holds only failing leases.
+type expiryRetry map[int64]retryState
+
+type retryState struct {
+	at    time.Time
+	delay time.Duration
+}
+
+const (
+	minExpiryRetry = time.Second
+	maxExpiryRetry = time.Minute
+)
+
+func (r expiryRetry) failed(id int64, now time.Time) time.Time {
+	d := minExpiryRetry
+	if s, ok := r[id]; ok {
+		d = min(2*s.delay, maxExpiryRetry)
+	}
+	r[id] = retryState{at: now.Add(d), delay: d}
+	return now.Add(d)
+}
+
+// waiting returns when lease id may be tried again, and whether that is
+// still to come.
+func (r expiryRetry) waiting(id int64, now time.Time) (time.Time, bool) {
+	s, ok := r[id]
+	return s.at, ok && now.Before(s.at)
+}
+
+// expirePass expires the due leases at the start of the index, skipping
+// those waiting to be retried, and returns when to wake next; more means
+// there may be more due leases and the caller should go again at once.
+func (l *Lessor) expirePass(st ownState, nextRenew *time.Time, retry expiryRetry) (next time.Time, more bool) {
+>>>>>>> wip/large
 	now := l.clock.Now()
-	nowN := now.UnixMicro()
-	horizon := now.Add(l.cfg.ScanInterval)
-	var entries []indexEntry
-	err := l.db.View(l.ctx, func(tx storage.ReadTx) error {
-		entries = nil
-		kvs, err := tx.GetRange(indexPrefix, indexUpTo(horizon.UnixMicro()), storage.RangeOptions{Limit: l.cfg.ExpireBatch})
-		if err != nil {
-			return err
-		}
-		for _, kv := range kvs {
-			d, id, err := parseIndex(kv.Key)
-			if err != nil {
-				return err
-			}
-			entries = append(entries, indexEntry{d, id})
-		}
-		return nil
-	})
+	due, next, full, err := l.dueLeases(now, retry)
 	if err != nil {
 		if l.ctx.Err() == nil {
 			l.lg.Warn("reading lease deadlines", zap.Error(err))
 		}
-		return horizon, false
+		return now.Add(l.cfg.ScanInterval), false
 	}
-	next = horizon
-	var due []indexEntry
-	for _, e := range entries {
-		if e.deadline > nowN {
-			next = time.UnixMicro(e.deadline)
-			break
+	stale, lost := l.expireDue(st, due, now, nextRenew, retry)
+	if lost {
+		l.lose("fenced off while expiring")
+	}
+	l.clearStale(stale)
+	for _, e := range due {
+		if at, wait := retry.waiting(e.id, now); wait && at.Before(next) {
+			next = at
 		}
-		due = append(due, e)
 	}
-	var stale []indexEntry
-	failed, lost := false, false
+	// The leases that failed wait now, so the next pass gets past them.
+	return next, !lost && full
+}
+
+// dueLeases reads the deadline index from its start, in pages of
+// ExpireBatch, skipping leases waiting to be retried, until it has
+// ExpireBatch due leases (full) or reaches the first lease not yet due. next
+// is the earliest time another lease becomes due or may be retried, within
+// ScanInterval.
+func (l *Lessor) dueLeases(now time.Time, retry expiryRetry) (due []indexEntry, next time.Time, full bool, err error) {
+	nowN := now.UnixMicro()
+	next = now.Add(l.cfg.ScanInterval)
+	end := indexUpTo(next.UnixMicro())
+	for from := indexPrefix; ; {
+		var kvs []storage.KeyValue
+		err := l.db.View(l.ctx, func(tx storage.ReadTx) error {
+			var err error
+			kvs, err = tx.GetRange(from, end, storage.RangeOptions{Limit: l.cfg.ExpireBatch})
+			return err
+		})
+		if err != nil {
+			return nil, next, false, err
+		}
+		for _, kv := range kvs {
+			d, id, err := parseIndex(kv.Key)
+			if err != nil {
+				return nil, next, false, err
+			}
+			if d > nowN {
+				return due, minTime(next, time.UnixMicro(d)), false, nil
+			}
+			if at, wait := retry.waiting(id, now); wait {
+				next = minTime(next, at)
+				continue
+			}
+			if due = append(due, indexEntry{d, id}); len(due) == l.cfg.ExpireBatch {
+				return due, next, true, nil
+			}
+		}
+		if len(kvs) < l.cfg.ExpireBatch {
+			return due, next, false, nil
+		}
+		from = append(kvs[len(kvs)-1].Key, 0)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// expireDue revokes the due leases, ExpireConcurrency at a time, renewing
+// ownership as the pass goes on. It returns the index entries that no
+// longer describe a lease, and whether ownership was lost; the leases that
+// failed are scheduled for retry.
+func (l *Lessor) expireDue(st ownState, due []indexEntry, now time.Time, nextRenew *time.Time, retry expiryRetry) (stale []indexEntry, lost bool) {
+	nowN := now.UnixMicro()
 	for start := 0; start < len(due) && !lost; start += l.cfg.ExpireConcurrency {
 		chunk := due[start:min(start+l.cfg.ExpireConcurrency, len(due))]
 		outs := make([]outcome, len(chunk))
@@ -214,12 +308,14 @@ func (l *Lessor) expirePass(st ownState) (next time.Time, more bool) {
 			switch o {
 			case outExpired, outRenewed:
 				stale = append(stale, chunk[i])
+				delete(retry, chunk[i].id)
 			case outNotOwner:
 				lost = true
 			case outFailed:
-				failed = true
+				retry.failed(chunk[i].id, l.clock.Now())
 			}
 		}
+<<<<<<< HEAD
 		// A pass that outlives the epoch stops; the new owner goes on.
 		lost = lost || !l.holds(st.epoch)
 	}
@@ -230,6 +326,18 @@ func (l *Lessor) expirePass(st ownState) (next time.Time, more bool) {
 		next = horizon
 	}
 	return next, more
+=======
+		// A long pass must not let ownership lapse.
+		if t := l.clock.Now(); !lost && !t.Before(*nextRenew) {
+			l.renewOwnership(t)
+			*nextRenew = t.Add(l.cfg.RenewInterval)
+			if s := l.state(); !s.owned || s.epoch != st.epoch {
+				lost = true
+			}
+		}
+	}
+	return stale, lost
+>>>>>>> wip/large
 }
 
 // expire revokes lease id if it is still due at nowN and this lessor still

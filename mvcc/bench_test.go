@@ -130,3 +130,31 @@ func BenchmarkPutSerialDurable(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRangeBeforeLargeDelete reads 20,000 keys at the revision before
+// a staged DeleteRange of them, which is what every read of them does
+// while the delete is staged.
+func BenchmarkRangeBeforeLargeDelete(b *testing.B) {
+	s := openBenchStore(b, pebble.Options{NoSync: true})
+	ctx := context.Background()
+	for i := 0; i < 20_000; i += 500 {
+		var ops []*pb.RequestOp
+		for j := i; j < i+500; j++ {
+			ops = append(ops, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(fmt.Sprintf("d/%06d", j)), Value: []byte("v")}}})
+		}
+		if _, err := s.Txn(ctx, &pb.TxnRequest{Success: ops}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	d, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("d/"), RangeEnd: []byte("d0")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &pb.RangeRequest{Key: []byte("d/"), RangeEnd: []byte("d0"), Revision: d.Header.Revision - 1, KeysOnly: true}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if r, err := s.Range(ctx, req); err != nil || len(r.Kvs) != 20_000 {
+			b.Fatalf("%d keys, %v", len(r.GetKvs()), err)
+		}
+	}
+}

@@ -1,11 +1,14 @@
 package mvcc
 
 import (
+	"bytes"
 	"context"
 	"sort"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"go.uber.org/zap"
 
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/revision"
@@ -36,46 +39,44 @@ func (s *Store) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Compa
 	return resp.(*pb.CompactionResponse), nil
 }
 
-func (s *Store) checkCompact(tx storage.ReadTx, rev int64, r *compactRequest) (compaction, error) {
-	_, c, err := readState(tx)
-	if err != nil {
-		return c, err
-	}
+// checkCompact is etcd's check of a compaction request against the
+// compaction revision before it and the current revision.
+func checkCompact(compacted, rev int64, r *compactRequest) error {
 	switch {
-	case r.rev <= c.Requested:
-		return c, ErrCompacted
+	case r.rev <= compacted:
+		return ErrCompacted
 	case r.rev > rev:
-		return c, ErrFutureRev
+		return ErrFutureRev
 	}
-	return c, nil
+	return nil
 }
 
-func (s *Store) applyCompact(tx storage.Tx, rev int64, id revision.RequestID, r *compactRequest) (any, bool, error, error) {
-	c, err := s.checkCompact(tx, rev, r)
+func (s *Store) applyCompact(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID, r *compactRequest) (any, bool, error, error) {
+	if err := checkCompact(env.Compacted, rev, r); err != nil {
+		return nil, false, err, nil
+	}
+	v, err := tx.Get(keyspace.Compaction)
 	if err != nil {
-		if domainError(err) {
-			return nil, false, err, nil
-		}
+		return nil, false, nil, err
+	}
+	c, err := decodeCompaction(v)
+	if err != nil {
 		return nil, false, nil, err
 	}
 	c.Requested, c.By = r.rev, id
 	tx.Set(keyspace.Compaction, encodeCompaction(c))
+	env.Compacted = r.rev
 	return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: rev}}, false, nil, nil
 }
 
-func (s *Store) replayCompact(tx storage.ReadTx, rev int64, id revision.RequestID, r *compactRequest) (any, bool, error, error) {
-	_, c, err := readState(tx)
-	if err != nil {
-		return nil, false, nil, err
+// replayCompact repeats the checks under the compaction revision the commit
+// saw: a later compaction must not turn a committed one into a failure.
+func (s *Store) replayCompact(env *revision.Env, rev int64, r *compactRequest) (any, bool, error, error) {
+	if err := checkCompact(env.Compacted, rev, r); err != nil {
+		return nil, false, err, nil
 	}
-	if c.By == id {
-		return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: rev}}, false, nil, nil
-	}
-	// It did not set the compaction, so it failed its checks.
-	if r.rev > rev {
-		return nil, false, ErrFutureRev, nil
-	}
-	return nil, false, ErrCompacted, nil
+	env.Compacted = r.rev
+	return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: rev}}, false, nil, nil
 }
 
 func (s *Store) wakeCompactor() {
@@ -117,113 +118,258 @@ func (s *Store) notifyCompacted(finished int64) {
 }
 
 // compactor removes compacted history in bounded transactions until the
-// physical compaction catches up with the requested one.
+// physical compaction catches up with the revision compactTarget allows.
 func (s *Store) compactor() {
 	defer s.wg.Done()
 	ctx := s.ctx
+	var seen compactSeen
+	wake := time.NewTimer(time.Hour)
+	wake.Stop()
+	defer wake.Stop()
 	for {
 		select {
 		case <-s.compactWake:
+		case <-wake.C:
 		case <-s.stop:
 			return
 		}
-		start, keys := time.Now(), 0
-		for {
-			finished, more, n, err := s.compactStep(ctx)
-			keys += n
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				s.lg.Warn("physical compaction step failed; will retry")
-				time.Sleep(100 * time.Millisecond)
-				continue
+		target, later, err := s.compactTarget(ctx, &seen)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
 			}
-			s.notifyCompacted(finished)
-			if !more {
-				break
-			}
+			s.lg.Warn("reading the compaction state failed; will retry", zap.Error(err))
+			later = 100 * time.Millisecond
 		}
-		if keys > 0 && s.cfg.ObserveCompaction != nil {
-			s.cfg.ObserveCompaction(time.Since(start), keys)
+		if err == nil && !s.compactTo(ctx, target) {
+			return
+		}
+		if later > 0 {
+			wake.Reset(later)
 		}
 	}
 }
 
-// compactStep cleans up the keys changed by the next run of compacted
-// revisions. For each such key, every version older than its newest version
-// at or below the compaction revision goes; that newest version goes too if
-// it is a tombstone strictly below it, along with the key's index entry, so a
-// deleted key can never reappear.
-func (s *Store) compactStep(ctx context.Context) (finished int64, more bool, cleaned int, err error) {
+// compactTo runs physical compaction steps up to target; false means the
+// store is closing.
+func (s *Store) compactTo(ctx context.Context, target int64) bool {
+	start, keys := time.Now(), 0
+	for {
+		finished, more, n, err := s.compactStep(ctx, target)
+		keys += n
+		if err != nil {
+			if ctx.Err() != nil {
+				return false
+			}
+			s.lg.Warn("physical compaction step failed; will retry", zap.Error(err))
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-s.stop:
+				return false
+			}
+			continue
+		}
+		s.notifyCompacted(finished)
+		if !more {
+			break
+		}
+	}
+	if keys > 0 && s.cfg.ObserveCompaction != nil {
+		s.cfg.ObserveCompaction(time.Since(start), keys)
+	}
+	return true
+}
+
+// compactSeen is what the compactor has seen of the requested compaction
+// revisions: each with the time it first saw it, oldest first. At most
+// maxCompactSeen are kept; a newer request replaces the newest one still
+// waiting, which only postpones compacting to the one replaced.
+type compactSeen []struct {
+	rev int64
+	at  time.Time
+}
+
+const maxCompactSeen = 16
+
+// compactTarget returns the revision physical compaction may reach now, and
+// how long until it may reach a newer one (0: nothing is waiting).
+//
+// Physical compaction must never remove history that a replay could read:
+// after commit_unknown_result, a batch that evaluated under compaction
+// revision C is replayed under C, reading history at or above C and the
+// revision log of its own revisions (Store.Replay). A compaction to C' > C
+// can remove those once it is requested, so it is held back until no batch
+// that evaluated under an older compaction can still be replayed:
+//   - a batch that started after the request to C' committed reads C' (a
+//     transaction sees every commit that finished before it began), so only
+//     batches already running when the compactor first saw C' matter;
+//   - every attempt of a batch, replays included, happens within its
+//     writer's CommitTimeout (revision.Config), so all of those are decided
+//     ReplayWindow after the compactor saw C', whichever process runs them;
+//   - with SoleWriter, no other process writes the storage, and this
+//     store's own sequencer says when its batches running at that moment
+//     are decided (Sequencer.Settle), usually at once.
+func (s *Store) compactTarget(ctx context.Context, seen *compactSeen) (int64, time.Duration, error) {
+	var c compaction
+	err := s.db.View(ctx, func(tx storage.ReadTx) error {
+		v, err := tx.Get(keyspace.Compaction)
+		if err != nil {
+			return err
+		}
+		c, err = decodeCompaction(v)
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if s.cfg.SoleWriter {
+		return c.Requested, 0, s.seq.Settle(ctx)
+	}
+	now := s.cfg.Now()
+	switch n := len(*seen); {
+	case n > 0 && (*seen)[n-1].rev >= c.Requested:
+	case n == maxCompactSeen:
+		(*seen)[n-1].rev, (*seen)[n-1].at = c.Requested, now
+	default:
+		*seen = append(*seen, struct {
+			rev int64
+			at  time.Time
+		}{c.Requested, now})
+	}
+	window := s.cfg.Sequencer.ReplayWindow()
+	target := c.Finished
+	for len(*seen) > 0 && now.Sub((*seen)[0].at) >= window {
+		target = max(target, (*seen)[0].rev)
+		*seen = (*seen)[1:]
+	}
+	if len(*seen) == 0 {
+		return target, 0, nil
+	}
+	return target, window - now.Sub((*seen)[0].at), nil
+}
+
+// compactStep cleans up the keys changed by the next run of revisions up to
+// target (at most the requested compaction revision), reading their log
+// parts from where the last step stopped, and stopping at a part boundary
+// once it has CompactionBatch keys, so that a revision of any size (a
+// staged delete of 200,000 keys) is cleaned up across several steps. For
+// each key, every version older than its newest version at or below target
+// goes; that newest version goes too if it is a tombstone strictly below
+// target, along with the key's index entry, so a deleted key can never
+// reappear. The log of the target revision itself stays, since a watch may
+// start there; its keys are cleaned up again for the next target.
+func (s *Store) compactStep(ctx context.Context, target int64) (finished int64, more bool, cleaned int, err error) {
 	err = s.db.Update(ctx, func(tx storage.Tx) error {
 		finished, more, cleaned = 0, false, 0
 		_, c, err := readState(tx)
 		if err != nil {
 			return err
 		}
-		from := max(c.Finished, 1)
-		if from >= c.Requested {
-			// Nothing below the requested revision is left to remove.
-			finished = max(c.Finished, c.Requested)
-			return nil
+		to := min(target, c.Requested)
+		from, part := max(c.Finished, 1), c.Part
+		if part == partDone {
+			if from >= to {
+				finished = max(c.Finished, to)
+				return nil // nothing up to the target is left to clean
+			}
+			part = 0 // clean revision Finished again, for the new target
 		}
-		// The revision at the compaction point itself is read too: a key
-		// changed exactly there still has older versions to remove. Its log
-		// entry stays, since a watch may start at the compaction revision.
-		parts, err := tx.GetRange(keyspace.LogFrom(from), keyspace.LogFrom(c.Requested+1),
-			storage.RangeOptions{Limit: s.cfg.CompactionBatch})
+		parts, cut, err := stepParts(tx, keyspace.Log(from, int(part)), keyspace.LogFrom(to+1), s.cfg.CompactionBatch)
 		if err != nil {
 			return err
 		}
-		keys := map[string]struct{}{}
-		upTo := c.Requested // exclusive: revisions below it are covered
-		for i, p := range parts {
-			rev, _, err := keyspace.ParseLog(p.Key)
-			if err != nil {
-				return err
-			}
-			if len(keys) >= s.cfg.CompactionBatch && i > 0 {
-				// Stop at a revision boundary.
-				prev, _, _ := keyspace.ParseLog(parts[i-1].Key)
-				if prev != rev {
-					upTo = rev
-					break
-				}
-			}
-			e, err := decodeLogPart(p.Value, isFirstPart(p.Key))
-			if err != nil {
-				return err
-			}
-			for _, ev := range e {
-				keys[string(ev.Key)] = struct{}{}
-			}
+		keys, nextRev, nextPart, err := stepKeys(parts, s.cfg.CompactionBatch, cut)
+		if err != nil {
+			return err
 		}
-		if len(parts) == s.cfg.CompactionBatch && upTo == c.Requested {
-			last, _, _ := keyspace.ParseLog(parts[len(parts)-1].Key)
-			upTo = last // the last revision may have more parts; redo it next time
-			if upTo <= from {
-				upTo = from + 1
-			}
-		}
-		sorted := make([]string, 0, len(keys))
-		for k := range keys {
-			sorted = append(sorted, k)
-		}
-		sort.Strings(sorted)
-		for _, k := range sorted {
-			if err := compactKey(tx, []byte(k), c.Requested); err != nil {
+		for _, k := range keys {
+			if err := compactKey(tx, []byte(k), to); err != nil {
 				return err
 			}
 		}
-		cleaned = len(sorted)
-		tx.ClearRange(keyspace.LogFrom(from), keyspace.LogFrom(upTo))
-		c.Finished = upTo
+		cleaned = len(keys)
+		if nextRev == 0 { // every part up to the target is done
+			nextRev, nextPart = to, partDone
+		}
+		tx.ClearRange(keyspace.LogFrom(from), keyspace.LogFrom(min(nextRev, to)))
+		c.Finished, c.Part = nextRev, nextPart
 		tx.Set(keyspace.Compaction, encodeCompaction(c))
-		finished, more = upTo, upTo < c.Requested
+		// Every revision below the cursor's is clean; the target's is
+		// clean once the cursor says done.
+		finished, more = nextRev-1, nextPart != partDone
+		if !more {
+			finished = to
+		}
 		return nil
 	})
 	return finished, more, cleaned, err
+}
+
+// stepParts reads log parts from begin, in reads of growing size (a part
+// holds one small revision's events or up to 90 kB of a large one's), until
+// they name at least batch events or the range [begin, end) is exhausted;
+// cut says that more parts may follow.
+func stepParts(tx storage.ReadTx, begin, end []byte, batch int) (parts []storage.KeyValue, cut bool, err error) {
+	events := 0
+	for limit := 8; ; limit = min(2*limit, 1024) {
+		kvs, err := tx.GetRange(begin, end, storage.RangeOptions{Limit: limit})
+		if err != nil {
+			return nil, false, err
+		}
+		parts = append(parts, kvs...)
+		for _, kv := range kvs {
+			_, part, err := keyspace.ParseLog(kv.Key)
+			if err != nil {
+				return nil, false, err
+			}
+			evs, err := decodeLogPart(kv.Value, part == 0)
+			if err != nil {
+				return nil, false, err
+			}
+			events += len(evs)
+		}
+		if len(kvs) < limit {
+			return parts, false, nil
+		}
+		if events >= batch {
+			return parts, true, nil
+		}
+		begin = append(bytes.Clone(kvs[len(kvs)-1].Key), 0)
+	}
+}
+
+// stepKeys returns, sorted, the keys named by the leading log parts that
+// hold at least batch keys (at least one part), and the revision and part
+// of the first part left for the next step; 0 when none is left, that is
+// when the parts were not cut (by stepParts) and all were taken.
+func stepKeys(parts []storage.KeyValue, batch int, cut bool) (keys []string, nextRev int64, nextPart uint32, err error) {
+	set := map[string]struct{}{}
+	for i, p := range parts {
+		rev, part, err := keyspace.ParseLog(p.Key)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if len(set) >= batch && i > 0 {
+			nextRev, nextPart = rev, uint32(part)
+			break
+		}
+		evs, err := decodeLogPart(p.Value, part == 0)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		for _, ev := range evs {
+			set[string(ev.Key)] = struct{}{}
+		}
+		if i == len(parts)-1 && cut {
+			nextRev, nextPart = rev, uint32(part+1) // more may follow
+		}
+	}
+	keys = make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys, nextRev, nextPart, nil
 }
 
 func isFirstPart(k []byte) bool {

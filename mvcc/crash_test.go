@@ -3,6 +3,7 @@ package mvcc
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -291,11 +292,34 @@ func checkStoreConsistent(db storage.DB) (int64, compaction, error) {
 			return err
 		}
 		head, c = h.Rev, cc
+		// A staged write may be pending: the revision it reserved holds
+		// tombstones and log parts (never part 0) that readers ignore.
+		var staging int64
+		if pv, err := tx.Get(keyspace.Pending); err != nil {
+			return err
+		} else if pv != nil {
+			if staging = int64(binary.BigEndian.Uint64(pv)) + 1; staging != head+1 {
+				return fmt.Errorf("pending staged write reserved revision %d, head is %d", staging, head)
+			}
+		}
 		// The revision log: dense from the physically compacted point to the
-		// head, nothing above it.
-		parts, err := tx.GetRange(keyspace.LogFrom(0), keyspace.LogFrom(1<<62), storage.RangeOptions{})
+		// head, nothing above it but a pending write's parts.
+		all, err := tx.GetRange(keyspace.LogFrom(0), keyspace.LogFrom(1<<62), storage.RangeOptions{})
 		if err != nil {
 			return err
+		}
+		var parts []storage.KeyValue
+		for _, p := range all {
+			rev, part, err := keyspace.ParseLog(p.Key)
+			if err != nil {
+				return err
+			}
+			switch {
+			case rev != staging || staging == 0:
+				parts = append(parts, p)
+			case part == 0:
+				return fmt.Errorf("pending revision %d has its first log part", rev)
+			}
 		}
 		logged := map[int64][]logEvent{}
 		var first, last int64 = -1, 0
@@ -400,22 +424,22 @@ func checkStoreConsistent(db storage.DB) (int64, compaction, error) {
 			if err != nil {
 				return err
 			}
-			if rev != m.ModRev || ver.Tombstone != m.Tombstone || m.ModRev > head {
+			if rev != m.ModRev || ver.Tombstone != m.Tombstone || m.ModRev > head && !(m.ModRev == staging && m.Tombstone) {
 				return fmt.Errorf("latest %q says rev %d tombstone %v; newest history rev %d tombstone %v; head %d",
 					key, m.ModRev, m.Tombstone, rev, ver.Tombstone, head)
 			}
 		}
 		hb, he := keyspace.HistoryAll()
-		all, err := tx.GetRange(hb, he, storage.RangeOptions{})
+		history, err := tx.GetRange(hb, he, storage.RangeOptions{})
 		if err != nil {
 			return err
 		}
-		for _, kv := range all {
+		for _, kv := range history {
 			key, rev, err := keyspace.ParseHistory(kv.Key)
 			if err != nil {
 				return err
 			}
-			if rev > head {
+			if rev > head && rev != staging {
 				return fmt.Errorf("history %q at %d above head %d", key, rev, head)
 			}
 			if v, err := tx.Get(keyspace.Latest(key)); err != nil || v == nil {

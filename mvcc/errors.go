@@ -17,4 +17,7 @@ var (
 	ErrLeaseNotFound   = errors.New("mvcc: lease not found")
 	ErrRequestTooLarge = errors.New("mvcc: request is too large")
 	ErrStopped         = errors.New("mvcc: store stopped")
+	// ErrTimeout: a write could not be committed in time; it may or may
+	// not have been applied (etcd's "request timed out").
+	ErrTimeout = errors.New("mvcc: request timed out")
 )

@@ -46,7 +46,7 @@ func ExportPersisted(ctx context.Context, db storage.DB) ([]PersistedRequest, er
 	if err != nil {
 		return nil, err
 	}
-	x := exporter{versions: map[string]version{}, chunks: map[string][]byte{}, leases: map[int64]bool{}, lastRev: 1, compacted: -1}
+	x := exporter{versions: map[string]version{}, chunks: map[string][]byte{}, leases: map[int64]bool{}, staged: map[int64]map[int][]byte{}, lastRev: 1, compacted: -1}
 	for i, ops := range txs {
 		if err := x.tx(ops); err != nil {
 			return nil, fmt.Errorf("journal record %d: %w", i+1, err)
@@ -56,19 +56,23 @@ func ExportPersisted(ctx context.Context, db storage.DB) ([]PersistedRequest, er
 }
 
 type exporter struct {
-	versions  map[string]version // by history key
-	chunks    map[string][]byte  // by chunk key
-	leases    map[int64]bool     // granted and not revoked
+	versions map[string]version // by history key
+	chunks   map[string][]byte  // by chunk key
+	leases   map[int64]bool     // granted and not revoked
+	// staged holds the log parts of revisions whose first part (written
+	// when a staged request is published) has not been seen yet.
+	staged    map[int64]map[int][]byte
 	lastRev   int64
 	compacted int64
 	out       []PersistedRequest
 }
 
 type exportItem struct {
-	kind  string // "rev", "grant", "revoke", "compact"
-	rev   int64
-	id    int64
-	parts [][]byte
+	kind   string // "rev", "grant", "revoke", "compact"
+	rev    int64
+	id     int64
+	byPart map[int][]byte // a revision's log parts
+	parts  [][]byte       // the same, in order, once the transaction is read
 }
 
 func (x *exporter) tx(ops []journalOp) error {
@@ -92,18 +96,9 @@ func (x *exporter) tx(ops []journalOp) error {
 			if err != nil {
 				return err
 			}
-			it := revs[rev]
-			if part == 0 {
-				if it != nil {
-					return fmt.Errorf("revision %d logged twice in one transaction", rev)
-				}
-				it = &exportItem{kind: "rev", rev: rev}
-				revs[rev] = it
-				items = append(items, it)
-			} else if it == nil || len(it.parts) != part {
-				return fmt.Errorf("revision %d: log part %d out of order", rev, part)
+			if err := x.logPart(revs, &items, rev, part, op.value); err != nil {
+				return err
 			}
-			it.parts = append(it.parts, op.value)
 		case op.op == jopSet && k[0] == leaseFam:
 			id, err := keyspace.ParseLease(k)
 			if err != nil {
@@ -131,6 +126,11 @@ func (x *exporter) tx(ops []journalOp) error {
 				x.compacted = c.Requested
 				items = append(items, &exportItem{kind: "compact", rev: c.Requested})
 			}
+		}
+	}
+	for _, it := range items {
+		if err := it.assemble(); err != nil {
+			return err
 		}
 	}
 	for i := 0; i < len(items); i++ {
@@ -167,6 +167,55 @@ func (x *exporter) tx(ops []journalOp) error {
 			}
 			x.out = append(x.out, r)
 		}
+	}
+	return nil
+}
+
+// logPart files one log part: under its revision's item when the
+// transaction writes the revision's first part (a batch, or the
+// publication of a staged request, which takes the parts staged before),
+// and aside otherwise (a staging transaction).
+func (x *exporter) logPart(revs map[int64]*exportItem, items *[]*exportItem, rev int64, part int, v []byte) error {
+	it := revs[rev]
+	switch {
+	case part == 0 && it != nil:
+		return fmt.Errorf("revision %d logged twice in one transaction", rev)
+	case part == 0:
+		it = &exportItem{kind: "rev", rev: rev, byPart: x.staged[rev]}
+		if it.byPart == nil {
+			it.byPart = map[int][]byte{}
+		}
+		delete(x.staged, rev)
+		revs[rev] = it
+		*items = append(*items, it)
+	case it == nil:
+		if rev <= x.lastRev {
+			return fmt.Errorf("revision %d: log part %d staged after the revision was published", rev, part)
+		}
+		if x.staged[rev] == nil {
+			x.staged[rev] = map[int][]byte{}
+		}
+		x.staged[rev][part] = v
+		return nil
+	}
+	if _, dup := it.byPart[part]; dup {
+		return fmt.Errorf("revision %d: log part %d written twice", rev, part)
+	}
+	it.byPart[part] = v
+	return nil
+}
+
+// assemble orders a revision's parts, which must be 0..n without a gap.
+func (it *exportItem) assemble() error {
+	if it.kind != "rev" {
+		return nil
+	}
+	it.parts = make([][]byte, len(it.byPart))
+	for part, v := range it.byPart {
+		if part < 0 || part >= len(it.parts) {
+			return fmt.Errorf("revision %d: log parts are not 0..%d", it.rev, len(it.byPart)-1)
+		}
+		it.parts[part] = v
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ import (
 func TestExportPersistedMatchesRevisionLog(t *testing.T) {
 	ctx := context.Background()
 	fdb := faulty.Wrap(mvcc.Journal(openPebble(t)), faulty.Options{Seed: 3, RetryProbability: 0.2, CommitUnknownProbability: 0.2})
-	s := openStore(t, fdb, mvcc.Config{CompactionBatch: 7})
+	s := openStore(t, fdb, mvcc.Config{CompactionBatch: 7, SoleWriter: true})
 	grant := func(id int64) {
 		if err := fdb.Update(ctx, func(tx storage.Tx) error {
 			tx.Set(keyspace.Lease(id), []byte("test"))

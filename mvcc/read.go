@@ -43,9 +43,9 @@ func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, fn 
 		}
 		key := keyspace.LatestKey(k)
 		more := true
-		if m.ModRev <= rev {
-			if !m.Tombstone {
-				more = fn(key, m, nil)
+		if live, ok := m.at(rev); ok {
+			if live != nil {
+				more = fn(key, *live, nil)
 			}
 		} else {
 			e, err := versionAt(tx, key, rev)
@@ -123,11 +123,11 @@ func getAt(tx storage.ReadTx, key []byte, rev int64, ov *overlay) (*entry, error
 	if err != nil {
 		return nil, err
 	}
-	if m.ModRev <= rev {
-		if m.Tombstone {
+	if live, ok := m.at(rev); ok {
+		if live == nil {
 			return nil, nil
 		}
-		return &entry{key: bytes.Clone(key), meta: m}, nil
+		return &entry{key: bytes.Clone(key), meta: *live}, nil
 	}
 	return versionAt(tx, key, rev)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/fdb-etcd/fdb-etcd/revision"
 )
@@ -16,17 +17,51 @@ type meta struct {
 	Version   int64
 	Lease     int64
 	Tombstone bool
+	// Prev, on a tombstone a staged write left, is the live version it
+	// deleted: readers of the revisions before the tombstone (every reader
+	// while the write is being staged) find the key here instead of in
+	// history.
+	Prev *meta
 }
 
-const flagTombstone = 1
+const (
+	flagTombstone = 1
+	flagPrev      = 2
+)
+
+// at returns the version of the key live at rev if m tells it without
+// history: m itself, or the version a staged tombstone records; nil if m
+// says the key was deleted at rev; ok false if only history can tell.
+func (m *meta) at(rev int64) (live *meta, ok bool) {
+	switch {
+	case m.ModRev <= rev && m.Tombstone:
+		return nil, true
+	case m.ModRev <= rev:
+		return m, true
+	case m.Prev != nil && m.Prev.ModRev <= rev:
+		return m.Prev, true
+	}
+	return nil, false
+}
 
 var errCorrupt = errors.New("mvcc: corrupt record")
 
 func encodeMeta(m meta) []byte {
-	out := make([]byte, 1, 1+4*binary.MaxVarintLen64)
+	out := make([]byte, 1, 1+8*binary.MaxVarintLen64)
 	if m.Tombstone {
 		out[0] = flagTombstone
 	}
+	if m.Prev != nil {
+		out[0] |= flagPrev
+	}
+	out = appendMetaFields(out, m)
+	if m.Prev != nil {
+		out = appendMetaFields(out, *m.Prev)
+	}
+	return out
+}
+
+func appendMetaFields(out []byte, m meta) []byte {
 	out = binary.AppendUvarint(out, uint64(m.ModRev))
 	out = binary.AppendUvarint(out, uint64(m.CreateRev))
 	out = binary.AppendUvarint(out, uint64(m.Version))
@@ -86,12 +121,23 @@ func (d *decoder) bytes(n int64) []byte {
 
 func decodeMeta(b []byte) (meta, error) {
 	d := decoder{b: b}
-	m := meta{Tombstone: d.byte1()&flagTombstone != 0}
+	flags := d.byte1()
+	m := d.metaFields()
+	m.Tombstone = flags&flagTombstone != 0
+	if flags&flagPrev != 0 {
+		prev := d.metaFields()
+		m.Prev = &prev
+	}
+	return m, d.err
+}
+
+func (d *decoder) metaFields() meta {
+	var m meta
 	m.ModRev = d.uvarint()
 	m.CreateRev = d.uvarint()
 	m.Version = d.uvarint()
 	m.Lease = d.varint()
-	return m, d.err
+	return m
 }
 
 // version is one stored version of a key: a history record. Its value is
@@ -186,11 +232,24 @@ type logEntry struct {
 const logPartBytes = 90_000
 
 func encodeLog(e logEntry) [][]byte {
+	return encodeLogParts(encodeLogHeader(e.ID), e.Events)
+}
+
+// encodeLogHeader is the start of a revision's first log part: the request
+// that wrote the revision. A staged revision's first part holds only this;
+// its events are in the parts after it, written while it was staged.
+func encodeLogHeader(id revision.RequestID) []byte {
+	cur := binary.BigEndian.AppendUint64(nil, id.Writer)
+	cur = binary.BigEndian.AppendUint64(cur, id.Seq)
+	return binary.AppendUvarint(cur, uint64(id.Index))
+}
+
+// encodeLogParts appends events to cur, starting a new part whenever one
+// grows past logPartBytes; an event never spans parts, so each part
+// decodes on its own.
+func encodeLogParts(cur []byte, events []logEvent) [][]byte {
 	var parts [][]byte
-	cur := binary.BigEndian.AppendUint64(nil, e.ID.Writer)
-	cur = binary.BigEndian.AppendUint64(cur, e.ID.Seq)
-	cur = binary.AppendUvarint(cur, uint64(e.ID.Index))
-	for _, ev := range e.Events {
+	for _, ev := range events {
 		if len(cur) > logPartBytes {
 			parts = append(parts, cur)
 			cur = nil
@@ -232,37 +291,49 @@ func decodeLog(parts [][]byte) (logEntry, error) {
 }
 
 // compaction is the compaction state: the revision requested (reads below it
-// fail) and the revision below which history is physically gone.
+// fail) and how far physical compaction got: every revision below Finished
+// is cleaned up and its log gone, and of revision Finished the log parts
+// below Part (partDone: all of them, for the target it was cleaned for).
 type compaction struct {
 	Requested int64
 	Finished  int64
-	By        revision.RequestID // the request that set Requested, for replays
+	Part      uint32
+	By        revision.RequestID // the request that set Requested
 }
+
+// partDone marks revision Finished as cleaned up whole.
+const partDone = math.MaxUint32
 
 func encodeCompaction(c compaction) []byte {
 	out := binary.BigEndian.AppendUint64(nil, uint64(c.Requested))
 	out = binary.BigEndian.AppendUint64(out, uint64(c.Finished))
 	out = binary.BigEndian.AppendUint64(out, c.By.Writer)
 	out = binary.BigEndian.AppendUint64(out, c.By.Seq)
-	return binary.BigEndian.AppendUint32(out, c.By.Index)
+	out = binary.BigEndian.AppendUint32(out, c.By.Index)
+	return binary.BigEndian.AppendUint32(out, c.Part)
 }
 
 func decodeCompaction(b []byte) (compaction, error) {
 	if b == nil {
 		// etcd starts with compaction revision -1, so Compact(0) succeeds
 		// once and revision -1 inside a Txn still reads the current state.
-		return compaction{Requested: -1}, nil
+		return compaction{Requested: -1, Part: partDone}, nil
 	}
-	if len(b) != 36 {
+	if len(b) != 36 && len(b) != 40 {
 		return compaction{}, errCorrupt
 	}
-	return compaction{
+	c := compaction{
 		Requested: int64(binary.BigEndian.Uint64(b)),
 		Finished:  int64(binary.BigEndian.Uint64(b[8:])),
+		Part:      partDone, // a record without a part cursor finished whole revisions
 		By: revision.RequestID{
 			Writer: binary.BigEndian.Uint64(b[16:]),
 			Seq:    binary.BigEndian.Uint64(b[24:]),
 			Index:  binary.BigEndian.Uint32(b[32:]),
 		},
-	}, nil
+	}
+	if len(b) == 40 {
+		c.Part = binary.BigEndian.Uint32(b[36:])
+	}
+	return c, nil
 }

@@ -17,7 +17,8 @@ type RevokeRequest struct {
 	ID int64
 	// Fence, when set, runs first inside the same transaction; an error from
 	// it aborts the revoke. Lease expiry uses it so that a deposed owner can
-	// never delete.
+	// never delete. A revoke too large for one transaction runs its fence in
+	// the transaction that reserves its revision; once reserved, it happens.
 	Fence func(tx storage.ReadTx) error
 }
 
@@ -36,54 +37,92 @@ func (s *Store) Revoke(ctx context.Context, r *RevokeRequest) (*pb.LeaseRevokeRe
 	return resp.(*pb.LeaseRevokeResponse), nil
 }
 
-func (s *Store) revokeChanges(tx storage.ReadTx, rev int64, id int64) (*evaluator, error) {
-	attached, err := tx.GetRange(keyspace.AttachPrefix(id), storage.Strinc(keyspace.AttachPrefix(id)), storage.RangeOptions{})
-	if err != nil {
-		return nil, err
-	}
-	ev := &evaluator{tx: tx, rev: rev}
-	prefix := len(keyspace.AttachPrefix(id))
-	for _, a := range attached {
-		key := a.Key[prefix:]
-		e, err := ev.get(key)
-		if err != nil {
-			return nil, err
-		}
-		if e == nil || e.meta.Lease != id {
-			continue
-		}
-		ev.record(change{key: e.key, prev: e, meta: meta{ModRev: rev + 1, Tombstone: true}})
-	}
-	return ev, nil
-}
-
-func (s *Store) applyRevoke(tx storage.Tx, rev int64, id revision.RequestID, r *RevokeRequest) (any, bool, error, error) {
+// checkRevoke runs the fence and checks that the lease exists.
+func checkRevoke(tx storage.ReadTx, r *RevokeRequest) (reqErr, err error) {
 	if r.Fence != nil {
 		if err := r.Fence(tx); err != nil {
 			var fe *FenceError
 			if errors.As(err, &fe) {
-				return nil, false, err, nil
+				return err, nil
 			}
-			return nil, false, nil, err
+			return nil, err
 		}
 	}
 	rec, err := tx.Get(keyspace.Lease(r.ID))
+	if err != nil || rec != nil {
+		return nil, err
+	}
+	return ErrLeaseNotFound, nil
+}
+
+// leaseKeysAt returns, in key order, the keys among the attachment entries
+// kvs (of lease id) that are live at rev and held by the lease: one batched
+// read of their index entries, and history only for keys changed since rev
+// that the index entry cannot tell about (a staged revoke reads at its
+// reserved base while its own tombstones, which record what they deleted,
+// are already in the index). The index decides; an attachment is only where
+// to look.
+func leaseKeysAt(tx storage.ReadTx, kvs []storage.KeyValue, id, rev int64) ([]*entry, error) {
+	prefix := len(keyspace.AttachPrefix(id))
+	keys := make([][]byte, len(kvs))
+	for i, kv := range kvs {
+		keys[i] = keyspace.Latest(kv.Key[prefix:])
+	}
+	vals, err := tx.GetMany(keys)
+	if err != nil {
+		return nil, err
+	}
+	var out []*entry
+	for i, v := range vals {
+		if v == nil {
+			continue
+		}
+		m, err := decodeMeta(v)
+		if err != nil {
+			return nil, err
+		}
+		key := kvs[i].Key[prefix:]
+		var e *entry
+		if live, ok := m.at(rev); !ok {
+			if e, err = versionAt(tx, key, rev); err != nil {
+				return nil, err
+			}
+		} else if live != nil {
+			e = &entry{key: key, meta: *live}
+		}
+		if e != nil && e.meta.Lease == id {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) applyRevoke(tx storage.Tx, rev int64, id revision.RequestID, r *RevokeRequest) (any, bool, error, error) {
+	if reqErr, err := checkRevoke(tx, r); reqErr != nil || err != nil {
+		return nil, false, reqErr, err
+	}
+	prefix := keyspace.AttachPrefix(r.ID)
+	attached, err := tx.GetRange(prefix, storage.Strinc(prefix), storage.RangeOptions{Limit: s.stageKeys() + 1})
 	if err != nil {
 		return nil, false, nil, err
 	}
-	if rec == nil {
-		return nil, false, ErrLeaseNotFound, nil
+	if s.overStageBytes(attached, len(prefix)) {
+		return nil, false, revision.ErrStage, nil
 	}
-	ev, err := s.revokeChanges(tx, rev, r.ID)
+	live, err := leaseKeysAt(tx, attached, r.ID, rev)
 	if err != nil {
 		return nil, false, nil, err
 	}
 	tx.Clear(keyspace.Lease(r.ID))
-	tx.ClearRange(keyspace.AttachPrefix(r.ID), storage.Strinc(keyspace.AttachPrefix(r.ID)))
-	if len(ev.changes) == 0 {
+	tx.ClearRange(prefix, storage.Strinc(prefix))
+	if len(live) == 0 {
 		return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev}}, false, nil, nil
 	}
-	writeChanges(tx, rev+1, id, ev.changes)
+	changes := make([]change, len(live))
+	for i, e := range live {
+		changes[i] = change{key: e.key, prev: e, meta: meta{ModRev: rev + 1, Tombstone: true}}
+	}
+	writeChanges(tx, rev+1, id, changes)
 	return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev + 1}}, true, nil, nil
 }
 

@@ -205,7 +205,7 @@ func TestSnapshotMatchesStore(t *testing.T) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			ctx := context.Background()
 			db := faulty.Wrap(openPebble(t), faulty.Options{Seed: seed, RetryProbability: 0.2, TooOldProbability: 0.05})
-			s := openStore(t, db, mvcc.Config{})
+			s := openStore(t, db, mvcc.Config{SoleWriter: true})
 			putLease(t, db, 7, 30, 12)
 			putLease(t, db, 0x7fff_0000_0000_0001, 60, -3) // overdue
 			if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte("leased"), Value: []byte("v"), Lease: 7}); err != nil {
@@ -306,7 +306,7 @@ func TestSnapshotMatchesStore(t *testing.T) {
 // tombstone below it: a tombstone at the revision itself stays.
 func TestSnapshotTombstoneAtCompaction(t *testing.T) {
 	ctx := context.Background()
-	s := openStore(t, openPebble(t), mvcc.Config{})
+	s := openStore(t, openPebble(t), mvcc.Config{SoleWriter: true})
 	for _, r := range []proto.Message{
 		&pb.PutRequest{Key: []byte("a"), Value: []byte("1")},           // 2
 		&pb.PutRequest{Key: []byte("b"), Value: []byte("1")},           // 3

@@ -26,6 +26,23 @@ type Config struct {
 	// cleans up.
 	CompactionBatch int
 	Sequencer       revision.Config
+	// StageBytes is how much a DeleteRange or a lease revoke may write in
+	// the batch it arrives in; a larger one is staged (stage.go). 0 means
+	// 512 KiB.
+	StageBytes int
+	// StageWorkers bounds the staging transactions in flight; 0 means 4.
+	StageWorkers int
+	// StageChunkBytes bounds what one staging transaction writes; 0 means
+	// 256 KiB, far below FoundationDB's 10 MB so that each commits quickly.
+	StageChunkBytes int
+	// SoleWriter says that no other process writes the storage (the
+	// embedded backend). Physical compaction then waits only for this
+	// store's own batches instead of the sequencer's replay window
+	// (compactTarget).
+	SoleWriter bool
+	// Now is the clock physical compaction measures its waits with; nil
+	// means time.Now.
+	Now func() time.Time
 	// ObserveCompaction, when set, is told how long each physical compaction
 	// took and how many keys it cleaned.
 	ObserveCompaction func(took time.Duration, keys int)
@@ -65,6 +82,19 @@ func Open(db storage.DB, cfg Config) (*Store, error) {
 	if cfg.CompactionBatch <= 0 {
 		cfg.CompactionBatch = 1_000
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.StageBytes <= 0 {
+		cfg.StageBytes = 512 << 10
+	}
+	if cfg.StageWorkers <= 0 {
+		cfg.StageWorkers = 4
+	}
+	if cfg.StageChunkBytes <= 0 {
+		cfg.StageChunkBytes = 256 << 10
+	}
+	cfg.Sequencer = cfg.Sequencer.WithDefaults()
 	s := &Store{
 		db: db, cfg: cfg, lg: cfg.Logger,
 		compactWake: make(chan struct{}, 1),
@@ -79,6 +109,14 @@ func Open(db storage.DB, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("mvcc: read head: %w", err)
 	}
 	s.seq = revision.New(db, s, cfg.Sequencer)
+	if cfg.SoleWriter {
+		// Nobody else can be staging: a reservation left pending is a
+		// crashed run's, to be finished before anything else is written.
+		if err := s.seq.FinishAbandoned(); err != nil {
+			s.seq.Stop()
+			return nil, fmt.Errorf("mvcc: finish an abandoned staged write: %w", err)
+		}
+	}
 	s.wg.Add(1)
 	go s.compactor()
 	s.wakeCompactor()
@@ -129,13 +167,21 @@ func leaseExistsIn(tx storage.ReadTx) func(int64) (bool, error) {
 	}
 }
 
-// write sends a request through the sequencer and unwraps the outcome.
+// write sends a request through the sequencer and turns its failures into
+// the store's errors, each of which is one of etcd's.
 func (s *Store) write(ctx context.Context, req any, size int) (any, error) {
 	resp, err := s.seq.Do(ctx, req, size)
-	if errors.Is(err, revision.ErrStopped) {
-		return nil, ErrStopped
+	switch {
+	case err == nil:
+		return resp, nil
+	case errors.Is(err, revision.ErrStopped) || errors.Is(err, storage.ErrClosed):
+		return nil, fmt.Errorf("%w (%w)", ErrStopped, err)
+	case errors.Is(err, revision.ErrTooLarge):
+		return nil, fmt.Errorf("%w (%w)", ErrRequestTooLarge, err)
+	case errors.Is(err, revision.ErrTimeout):
+		return nil, fmt.Errorf("%w (%w)", ErrTimeout, err)
 	}
-	return resp, err
+	return nil, err
 }
 
 // Put stores a key.
@@ -185,15 +231,31 @@ func (s *Store) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse,
 	return resp, nil
 }
 
+// Begin implements revision.Applier: a batch evaluates against the
+// compaction revision its attempt read first.
+func (s *Store) Begin(tx storage.ReadTx) (revision.Env, error) {
+	v, err := tx.Get(keyspace.Compaction)
+	if err != nil {
+		return revision.Env{}, err
+	}
+	c, err := decodeCompaction(v)
+	return revision.Env{Compacted: c.Requested}, err
+}
+
 // Apply implements revision.Applier.
-func (s *Store) Apply(tx storage.Tx, rev int64, id revision.RequestID, req any) (any, bool, error, error) {
+func (s *Store) Apply(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID, req any) (any, bool, error, error) {
 	switch r := req.(type) {
 	case *compactRequest:
-		return s.applyCompact(tx, rev, id, r)
+		return s.applyCompact(tx, env, rev, id, r)
 	case *RevokeRequest:
 		return s.applyRevoke(tx, rev, id, r)
 	}
-	ev, resp, reqErr, err := evaluate(tx, rev, req, leaseExistsIn(tx))
+	if d, ok := req.(*pb.DeleteRangeRequest); ok && len(d.RangeEnd) > 0 {
+		if large, err := s.deleteOversized(tx, d.Key, normEnd(d.RangeEnd), rev); err != nil || large {
+			return nil, false, stageIf(large), err
+		}
+	}
+	ev, resp, reqErr, err := evaluate(tx, env.Compacted, rev, req, leaseExistsIn(tx))
 	if err != nil || reqErr != nil || len(ev.changes) == 0 {
 		return resp, false, reqErr, err
 	}
@@ -201,18 +263,29 @@ func (s *Store) Apply(tx storage.Tx, rev int64, id revision.RequestID, req any) 
 	return resp, true, nil, nil
 }
 
-// Replay implements revision.Applier: the same evaluation against history;
-// whether the request wrote is read from the revision log.
-func (s *Store) Replay(tx storage.ReadTx, rev int64, id revision.RequestID, req any) (any, bool, error, error) {
+func stageIf(large bool) error {
+	if large {
+		return revision.ErrStage
+	}
+	return nil
+}
+
+// Replay implements revision.Applier: the same evaluation against history,
+// under the compaction revision the commit evaluated against (env, from the
+// batch marker), not today's: a compaction since must not turn a committed
+// request's answer into ErrCompacted. Whether the request wrote is read from
+// the revision log. The history and log it reads are still there: physical
+// compaction waits out every replay that could read them (compactTarget).
+func (s *Store) Replay(tx storage.ReadTx, env *revision.Env, rev int64, id revision.RequestID, req any) (any, bool, error, error) {
 	switch r := req.(type) {
 	case *compactRequest:
-		return s.replayCompact(tx, rev, id, r)
+		return s.replayCompact(env, rev, r)
 	case *RevokeRequest:
 		return s.replayRevoke(tx, rev, id, r)
 	}
 	// A replay cannot repeat the lease check: the lease may be gone since.
 	anyLease := func(int64) (bool, error) { return true, nil }
-	ev, resp, reqErr, err := evaluate(tx, rev, req, anyLease)
+	ev, resp, reqErr, err := evaluate(tx, env.Compacted, rev, req, anyLease)
 	if err != nil || reqErr != nil || len(ev.changes) == 0 {
 		return resp, false, reqErr, err
 	}
@@ -228,15 +301,11 @@ func (s *Store) Replay(tx storage.ReadTx, rev int64, id revision.RequestID, req 
 	return resp, true, nil, nil
 }
 
-// evaluate runs one KV write request as of rev, splitting its failure into a
-// request-level error (returned to the client) and a storage error (the
-// batch is retried).
-func evaluate(tx storage.ReadTx, rev int64, req any, leaseExists func(int64) (bool, error)) (ev *evaluator, resp any, reqErr, err error) {
-	_, c, err := readState(tx)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ev = &evaluator{tx: tx, rev: rev, compactRev: c.Requested, leaseExists: leaseExists}
+// evaluate runs one KV write request as of rev under compaction revision
+// compacted, splitting its failure into a request-level error (returned to
+// the client) and a storage error (the batch is retried).
+func evaluate(tx storage.ReadTx, compacted, rev int64, req any, leaseExists func(int64) (bool, error)) (ev *evaluator, resp any, reqErr, err error) {
+	ev = &evaluator{tx: tx, rev: rev, compactRev: compacted, leaseExists: leaseExists}
 	resp, err = ev.eval(req)
 	switch {
 	case err == nil:

@@ -8,6 +8,15 @@
 // result": the transaction records a marker for the batch, and an attempt that
 // finds its own marker knows the batch already landed and rebuilds every
 // response from the store instead of applying anything twice.
+//
+// A request too large for one transaction is staged (staged.go): the next
+// revision is reserved for it, its writes are staged in transactions of their
+// own that readers do not see, and one small commit publishes them.
+//
+// No batch holds the sequencer longer than Config.CommitTimeout: a batch that
+// cannot commit by then is answered ErrTimeout (its outcome unknown, as
+// etcd's "request timed out"), one that is too large for a transaction is
+// split, and a request too large on its own fails alone with ErrTooLarge.
 package revision
 
 import (
@@ -31,19 +40,32 @@ type RequestID struct {
 	Index  uint32
 }
 
+// Env is what a request's outcome depends on besides the keys: the
+// compaction revision. An attempt reads it once (Applier.Begin); a
+// compaction in the batch changes it for the requests after it; and the
+// batch marker records its value at the batch's start, so that a replay after
+// commit_unknown_result evaluates every request against exactly what the
+// commit did, whatever has been compacted since.
+type Env struct {
+	Compacted int64
+}
+
 // Applier evaluates write requests. It never imports gRPC; requests and
 // responses are whatever the applier defines.
 type Applier interface {
+	// Begin reads the Env an attempt evaluates against.
+	Begin(tx storage.ReadTx) (Env, error)
 	// Apply evaluates req on top of the store at revision rev (the newest
 	// revision visible in tx), writes its mutations to tx and reports whether
 	// it took revision rev+1. A request-level failure (bad lease, ...) is
-	// returned as reqErr and must leave tx untouched; err means the storage
-	// failed and the whole batch is retried.
-	Apply(tx storage.Tx, rev int64, id RequestID, req any) (resp any, wrote bool, reqErr, err error)
+	// returned as reqErr and must leave tx untouched; ErrStage as reqErr asks
+	// for the request to be staged (Stager); err means the storage failed and
+	// the whole batch is retried. A compaction updates env.
+	Apply(tx storage.Tx, env *Env, rev int64, id RequestID, req any) (resp any, wrote bool, reqErr, err error)
 	// Replay rebuilds the response of a request that an earlier attempt of the
 	// same batch already committed, reading the store as of rev (the revision
-	// before the request).
-	Replay(tx storage.ReadTx, rev int64, id RequestID, req any) (resp any, wrote bool, reqErr, err error)
+	// before the request) under env, exactly as Apply evaluated it.
+	Replay(tx storage.ReadTx, env *Env, rev int64, id RequestID, req any) (resp any, wrote bool, reqErr, err error)
 }
 
 // Config tunes the sequencer.
@@ -53,8 +75,57 @@ type Config struct {
 	// BatchBytes bounds the bytes one batch writes; a request that alone is
 	// larger still runs in a batch of its own, up to the storage limit.
 	BatchBytes int
+	// CommitTimeout bounds how long one batch may retry before its requests
+	// are answered ErrTimeout; 0 means storage.MaxTransactionAge. It also
+	// bounds the time in which a batch can be replayed, which physical
+	// compaction relies on (ReplayWindow).
+	CommitTimeout time.Duration
+	// BeatInterval is how often a writer staging a request shows progress;
+	// BeatTimeout how long a waiter lets the beat stand still before it
+	// finishes the staged request itself. 0 means 500 ms and 5 s.
+	BeatInterval, BeatTimeout time.Duration
+	// Now is the clock for durations; nil means time.Now.
+	Now func() time.Time
 	// Observe, when set, is told each committed batch's size and duration.
 	Observe func(requests int, bytes int, took time.Duration)
+}
+
+func (c *Config) defaults() {
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 1024
+	}
+	if c.BatchBytes <= 0 {
+		c.BatchBytes = 2 << 20
+	}
+	if c.CommitTimeout <= 0 {
+		c.CommitTimeout = storage.MaxTransactionAge
+	}
+	if c.BeatInterval <= 0 {
+		c.BeatInterval = 500 * time.Millisecond
+	}
+	if c.BeatTimeout <= 0 {
+		c.BeatTimeout = 5 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.defaults()
+	return c
+}
+
+// ReplayWindow is how long after a compaction request commits a batch that
+// evaluated under the previous compaction may still be replayed by a
+// sequencer with this configuration: every attempt of a batch, replays
+// included, happens within CommitTimeout of its first, and a batch that had
+// not started when the compaction committed reads it. The second is margin
+// for clocks that run at slightly different rates.
+func (c Config) ReplayWindow() time.Duration {
+	c.defaults()
+	return c.CommitTimeout + time.Second
 }
 
 // Head is the decoded head key: the current revision and the batch that set it.
@@ -95,8 +166,22 @@ func ReadHead(tx storage.ReadTx) (Head, error) {
 	return DecodeHead(v)
 }
 
-// ErrStopped is returned for requests submitted after Stop.
-var ErrStopped = errors.New("revision: sequencer stopped")
+// Errors of the write path.
+var (
+	// ErrStopped is returned for requests submitted after Stop, and for
+	// requests still waiting for another writer's staged request at Stop
+	// (they were not applied).
+	ErrStopped = errors.New("revision: sequencer stopped")
+	// ErrTimeout: the request's batch did not commit within CommitTimeout.
+	// It may or may not have been applied, as with etcd's "request timed out".
+	ErrTimeout = errors.New("revision: request timed out")
+	// ErrTooLarge: the request alone is more than one storage transaction
+	// can write, and it cannot be staged. Nothing was applied.
+	ErrTooLarge = errors.New("revision: request is too large")
+	// ErrStage is what Apply returns (as its reqErr) for a request it wants
+	// staged: too large for a batch, and one the Stager can write in parts.
+	ErrStage = errors.New("revision: request must be staged")
+)
 
 // Sequencer batches write requests into storage transactions.
 //
@@ -111,13 +196,25 @@ type Sequencer struct {
 	app    Applier
 	cfg    Config
 	writer uint64
+	// stop ends waits for other writers' staged requests at Stop; commits
+	// and this writer's own staging run to their end, bounded by their
+	// deadlines.
+	stop     context.Context
+	stopWait context.CancelFunc
 
 	mu      sync.Mutex
 	waiting []*pending // queued, in arrival order
 	leading bool       // a caller is committing a batch
 	stopped bool
 	idle    *sync.Cond // signalled when the lead is given up
-	seq     uint64     // guarded by the lead, not by mu
+	// started and decided count batches; settled is closed and replaced
+	// whenever one is decided (Settle).
+	started, decided uint64
+	settled          chan struct{}
+
+	// Guarded by the lead, not by mu.
+	seq      uint64
+	lastHead int64 // the newest head this writer committed (invariants)
 }
 
 type pending struct {
@@ -136,13 +233,9 @@ type result struct {
 // New returns a sequencer; Stop ends it. Each sequencer is a writer with a
 // random identity, so batch markers of different processes never collide.
 func New(db storage.DB, app Applier, cfg Config) *Sequencer {
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 1024
-	}
-	if cfg.BatchBytes <= 0 {
-		cfg.BatchBytes = 2 << 20
-	}
-	s := &Sequencer{db: db, app: app, cfg: cfg, writer: rand.Uint64()}
+	cfg.defaults()
+	s := &Sequencer{db: db, app: app, cfg: cfg, writer: rand.Uint64(), settled: make(chan struct{})}
+	s.stop, s.stopWait = context.WithCancel(context.Background())
 	s.idle = sync.NewCond(&s.mu)
 	return s
 }
@@ -224,19 +317,46 @@ func (s *Sequencer) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopped = true
+	s.stopWait()
 	for s.leading {
 		s.idle.Wait()
 	}
 }
 
-// errShrink aborts an attempt whose batch outgrew BatchBytes at request n.
-type errShrink struct{ n int }
+// Settle returns once every batch that was being committed when it was
+// called has been decided: none of them can be replayed any more. Physical
+// compaction uses it so as never to remove history a replay of this
+// writer's batches could read.
+func (s *Sequencer) Settle(ctx context.Context) error {
+	s.mu.Lock()
+	target := s.started
+	for s.decided < target {
+		ch := s.settled
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		s.mu.Lock()
+	}
+	s.mu.Unlock()
+	return nil
+}
 
-func (e errShrink) Error() string { return fmt.Sprintf("revision: batch too large at request %d", e.n) }
+func (s *Sequencer) batchStarted() {
+	s.mu.Lock()
+	s.started++
+	s.mu.Unlock()
+}
 
-// errLanded aborts an attempt (without committing) that found its batch
-// already committed; the responses it rebuilt are the answer.
-var errLanded = errors.New("revision: batch already committed")
+func (s *Sequencer) batchDecided() {
+	s.mu.Lock()
+	s.decided++
+	close(s.settled)
+	s.settled = make(chan struct{})
+	s.mu.Unlock()
+}
 
 func (s *Sequencer) commit(batch []*pending) {
 	for len(batch) > 0 {
@@ -245,125 +365,19 @@ func (s *Sequencer) commit(batch []*pending) {
 	}
 }
 
-// commitPrefix commits as many requests from the front of batch as fit and
-// answers them; it returns how many it answered.
-func (s *Sequencer) commitPrefix(batch []*pending) int {
-	s.seq++
-	seq := s.seq
-	start := time.Now()
-	n := len(batch)
-	results := make([]result, n)
-	var written int
-	ctx := context.Background()
-	err := s.db.Update(ctx, func(tx storage.Tx) error {
-		marker, err := tx.Get(keyspace.Batch(s.writer, seq))
-		if err != nil {
-			return err
-		}
-		if marker != nil {
-			if err := s.replay(tx, marker, batch[:n], results, seq); err != nil {
-				return err
-			}
-			return errLanded
-		}
-		head, err := ReadHead(tx)
-		if err != nil {
-			return err
-		}
-		ctr := &countingTx{Tx: tx}
-		base, rev := head.Rev, head.Rev
-		for i := 0; i < n; i++ {
-			p := batch[i]
-			id := RequestID{Writer: s.writer, Seq: seq, Index: uint32(i)}
-			resp, wrote, reqErr, err := s.app.Apply(ctr, rev, id, p.req)
-			if err != nil {
-				return err
-			}
-			if ctr.bytes > s.cfg.BatchBytes && i > 0 {
-				return errShrink{n: i}
-			}
-			results[i] = result{resp: resp, err: reqErr}
-			if wrote {
-				rev++
-			}
-		}
-		written = ctr.bytes
-		if ctr.bytes == 0 {
-			return nil // nothing written; nothing to make idempotent
-		}
-		if rev != base {
-			tx.Set(keyspace.Head, encodeHead(Head{Rev: rev, Writer: s.writer, Seq: seq}))
-		}
-		tx.Set(keyspace.Batch(s.writer, seq), binary.BigEndian.AppendUint64(nil, uint64(base)))
-		if seq > markerWindow {
-			// A point delete of the one marker leaving the window: range
-			// deletions would pile up as tombstones on every batch.
-			tx.Clear(keyspace.Batch(s.writer, seq-markerWindow))
-		}
-		return nil
-	})
-	var shrink errShrink
-	switch {
-	case errors.As(err, &shrink):
-		n = shrink.n
-		return s.commitPrefix(batch[:n])
-	case errors.Is(err, errLanded):
-		err = nil
-	}
-	if err != nil {
-		for i := 0; i < n; i++ {
-			results[i] = result{err: err}
-		}
-	} else if s.cfg.Observe != nil {
-		s.cfg.Observe(n, written, time.Since(start))
-	}
-	for i := 0; i < n; i++ {
+// answer sends results to the first len(results) requests of batch.
+func answer(batch []*pending, results []result) int {
+	for i := range results {
 		batch[i].out <- results[i]
 	}
-	return n
+	return len(results)
 }
 
-// markerWindow is how many of its newest batch markers a writer keeps. A
-// marker is only read by the retries of its own batch, so a small window is
-// plenty; older ones are cleared as new batches commit.
-const markerWindow = 64
-
-func (s *Sequencer) replay(tx storage.ReadTx, marker []byte, batch []*pending, results []result, seq uint64) error {
-	if len(marker) != 8 {
-		return fmt.Errorf("revision: batch marker of %d bytes", len(marker))
+// failAll answers the first n requests of batch with err.
+func failAll(batch []*pending, n int, err error) int {
+	results := make([]result, n)
+	for i := range results {
+		results[i] = result{err: err}
 	}
-	rev := int64(binary.BigEndian.Uint64(marker))
-	for i, p := range batch {
-		id := RequestID{Writer: s.writer, Seq: seq, Index: uint32(i)}
-		resp, wrote, reqErr, err := s.app.Replay(tx, rev, id, p.req)
-		if err != nil {
-			return err
-		}
-		results[i] = result{resp: resp, err: reqErr}
-		if wrote {
-			rev++
-		}
-	}
-	return nil
-}
-
-// countingTx measures the bytes a batch writes, to keep it under BatchBytes.
-type countingTx struct {
-	storage.Tx
-	bytes int
-}
-
-func (c *countingTx) Set(k, v []byte) {
-	c.bytes += len(k) + len(v)
-	c.Tx.Set(k, v)
-}
-
-func (c *countingTx) Clear(k []byte) {
-	c.bytes += len(k)
-	c.Tx.Clear(k)
-}
-
-func (c *countingTx) ClearRange(b, e []byte) {
-	c.bytes += len(b) + len(e)
-	c.Tx.ClearRange(b, e)
+	return answer(batch, results)
 }

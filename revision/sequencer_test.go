@@ -9,21 +9,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/revision"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
 )
 
 // recorder applies a request (a key) by writing it with the revision it
-// takes, and answers with that revision.
+// takes, logs the revision, and answers with it.
 type recorder struct{}
 
-func (recorder) Apply(tx storage.Tx, rev int64, _ revision.RequestID, req any) (any, bool, error, error) {
+func (recorder) Begin(storage.ReadTx) (revision.Env, error) { return revision.Env{}, nil }
+
+func (recorder) Apply(tx storage.Tx, _ *revision.Env, rev int64, _ revision.RequestID, req any) (any, bool, error, error) {
 	tx.Set([]byte(req.(string)), fmt.Appendf(nil, "%d", rev+1))
+	tx.Set(keyspace.Log(rev+1, 0), []byte(req.(string)))
 	return rev + 1, true, nil, nil
 }
 
-func (recorder) Replay(_ storage.ReadTx, rev int64, _ revision.RequestID, _ any) (any, bool, error, error) {
+func (recorder) Replay(_ storage.ReadTx, _ *revision.Env, rev int64, _ revision.RequestID, _ any) (any, bool, error, error) {
 	return rev + 1, true, nil, nil
 }
 

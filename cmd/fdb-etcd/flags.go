@@ -92,6 +92,9 @@ func parseFlags(args []string) (*config, error) {
 	}
 	switch c.backend {
 	case "pebble":
+		// The embedded store is locked to this process: physical
+		// compaction need not wait out other writers' replays.
+		c.server.MVCC.SoleWriter = true
 	case "fdb":
 		// Only a shared backend has other replicas to forward to.
 		c.server.ForwardWrites = c.forwardWrites

@@ -39,6 +39,9 @@ func Start(t testing.TB, o Options) *Server {
 		db = testdb.Open(t)
 	}
 	cfg := o.Config
+	if testdb.Backend() == "pebble" {
+		cfg.MVCC.SoleWriter = true // a Pebble store is locked to one server
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	}

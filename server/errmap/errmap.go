@@ -29,6 +29,7 @@ var table = []mapping{
 	{mvcc.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
 	{mvcc.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
 	{mvcc.ErrStopped, rpctypes.ErrGRPCStopped},
+	{mvcc.ErrTimeout, rpctypes.ErrGRPCTimeout},
 	{lease.ErrLeaseExists, rpctypes.ErrGRPCLeaseExist},
 	{lease.ErrLeaseTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
 	{forward.ErrOwnerLost, rpctypes.ErrGRPCLeaderChanged},

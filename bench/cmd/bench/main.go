@@ -72,7 +72,7 @@ func parseFlags() (options, error) {
 	var srv, groups string
 	flag.StringVar(&srv, "servers", "", "comma-separated servers to run, in order, of "+strings.Join(servers.Known, ",")+
 		" (default all; those on FoundationDB only when "+servers.EnvClusterFile+" is set)")
-	flag.StringVar(&groups, "workloads", "all", "comma-separated workload groups: all or any of put,range,txn,list,watch,progress,rss,lease")
+	flag.StringVar(&groups, "workloads", "all", "comma-separated workload groups: all or any of put,range,txn,list,watch,progress,rss,lease,large")
 	flag.BoolVar(&o.quick, "quick", false, "small counts and short runs (CI smoke test)")
 	flag.StringVar(&o.out, "out", "results.md", "markdown output file (\"\" = stdout only)")
 	flag.StringVar(&o.jsonOut, "json", "", "also write raw results as JSON to this file")

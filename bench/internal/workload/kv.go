@@ -36,6 +36,8 @@ func All(p Params) []Workload {
 		&WatcherRSS{P: p},
 		&LeaseKeepAlive{Clients: 16},
 		&LeaseGrantPut{Clients: 16},
+		&LargeDelete{Keys: p.LargeDeleteKeys},
+		&LargeDelete{Keys: p.LargeRevokeKeys, Revoke: true},
 	)
 	return ws
 }

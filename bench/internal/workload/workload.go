@@ -69,7 +69,7 @@ type Result struct {
 // Workload is one row of the report.
 type Workload interface {
 	// Group is a short id used by -workloads filters (put, range, txn,
-	// list, watch, progress, rss, lease).
+	// list, watch, progress, rss, lease, large).
 	Group() string
 	// Name is the row label; it must be identical for every server.
 	Name() string
@@ -134,6 +134,9 @@ type Params struct {
 	RSSWatchers int
 	// ProgressRounds is the number of RequestProgress round trips.
 	ProgressRounds int
+	// LargeDeleteKeys and LargeRevokeKeys size the large-request rows: a
+	// DeleteRange of a prefix, and the revoke of a lease, with that many keys.
+	LargeDeleteKeys, LargeRevokeKeys int
 }
 
 // Full is the preset for `make bench`.
@@ -157,6 +160,8 @@ func Full() Params {
 		WatchersPerStream: 100,
 		RSSWatchers:       10000,
 		ProgressRounds:    1000,
+		LargeDeleteKeys:   200_000,
+		LargeRevokeKeys:   50_000,
 	}
 }
 
@@ -175,6 +180,8 @@ func Quick() Params {
 	p.WatchDuration = time.Second
 	p.WatchGrace = 3 * time.Second
 	p.ProgressRounds = 50
+	p.LargeDeleteKeys = 20_000
+	p.LargeRevokeKeys = 5_000
 	return p
 }
 

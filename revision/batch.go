@@ -1,0 +1,266 @@
+package revision
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+// errShrink aborts an attempt whose batch must be cut to its first n
+// requests: it outgrew BatchBytes, request n asked to be staged, or the
+// previous attempt ran so long that a transaction this size risks its age
+// limit.
+type errShrink struct{ n int }
+
+func (e errShrink) Error() string { return fmt.Sprintf("revision: batch cut at request %d", e.n) }
+
+// errLanded aborts an attempt (without committing) that found its batch
+// already committed; the responses it rebuilt are the answer.
+var errLanded = errors.New("revision: batch already committed")
+
+// errStageFirst aborts an attempt whose first request asked to be staged.
+var errStageFirst = errors.New("revision: first request must be staged")
+
+// errPending aborts an attempt that found a staged write in progress: no
+// revision can be taken until it is published. rec is the Pending value.
+type errPending struct{ rec []byte }
+
+func (e *errPending) Error() string { return "revision: a staged write is in progress" }
+
+// slowAttempt is how long an attempt may take before the retry of a batch
+// of several requests is cut in half: half of FoundationDB's transaction
+// age, so that a batch whose evaluation grew too slow (1007) shrinks
+// instead of failing again at the same size.
+const slowAttempt = storage.MaxTransactionAge / 2
+
+// markerWindow is how many of its newest batch markers a writer keeps. A
+// marker is only read by the retries of its own batch, so a small window is
+// plenty; older ones are cleared as new batches commit.
+const markerWindow = 64
+
+// commitPrefix commits as many requests from the front of batch as fit and
+// answers them; it returns how many it answered.
+func (s *Sequencer) commitPrefix(batch []*pending) int {
+	for {
+		s.seq++
+		a := &attempt{s: s, batch: batch, seq: s.seq, results: make([]result, len(batch))}
+		start := s.cfg.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CommitTimeout)
+		s.batchStarted()
+		err := s.db.Update(ctx, a.run)
+		s.batchDecided()
+		cancel()
+		var shrink errShrink
+		var pend *errPending
+		switch {
+		case errors.As(err, &shrink):
+			batch = batch[:shrink.n]
+			continue
+		case errors.As(err, &pend):
+			if err := s.awaitPending(pend.rec); err != nil {
+				return failAll(batch, len(batch), s.classify(err))
+			}
+			continue
+		case errors.Is(err, errStageFirst):
+			return s.commitStaged(batch[0])
+		case errors.Is(err, errLanded):
+			err = nil
+		case err != nil && len(batch) > 1 && tooLarge(err):
+			batch = batch[:len(batch)/2]
+			continue
+		}
+		if err != nil {
+			return failAll(batch, len(batch), s.classify(err))
+		}
+		if invariants && a.newHead > 0 {
+			s.checkMonotonic(a.base, a.newHead)
+		}
+		if s.cfg.Observe != nil {
+			s.cfg.Observe(len(batch), a.written, s.cfg.Now().Sub(start))
+		}
+		return answer(batch, a.results)
+	}
+}
+
+// classify turns a storage failure of the write path into the sequencer's
+// errors: a transaction too large for the storage, or one that could not
+// commit in time (the deadline, or a backend that gave up retrying).
+func (s *Sequencer) classify(err error) error {
+	switch {
+	case errors.Is(err, ErrStopped) || errors.Is(err, ErrTimeout) || errors.Is(err, ErrTooLarge):
+		return err
+	case errors.Is(err, errPublished):
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	case tooLarge(err):
+		return fmt.Errorf("%w: %w", ErrTooLarge, err)
+	case errors.Is(err, context.DeadlineExceeded) || storage.Retryable(err):
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	}
+	return err
+}
+
+func tooLarge(err error) bool {
+	return errors.Is(err, storage.ErrTransactionTooLarge) ||
+		errors.Is(err, storage.ErrKeyTooLarge) || errors.Is(err, storage.ErrValueTooLarge)
+}
+
+// attempt is one batch's transaction function and what its last run found.
+type attempt struct {
+	s       *Sequencer
+	batch   []*pending
+	seq     uint64
+	results []result
+	written int
+	base    int64 // the head the batch applied on
+	newHead int64 // the head it wrote, 0 if it wrote none
+
+	runs     int
+	lastTook time.Duration
+}
+
+func (a *attempt) run(tx storage.Tx) error {
+	s := a.s
+	began := s.cfg.Now()
+	defer func() { a.lastTook = s.cfg.Now().Sub(began) }()
+	a.runs++
+	a.written, a.newHead = 0, 0
+	marker, err := tx.Get(keyspace.Batch(s.writer, a.seq))
+	if err != nil {
+		return err
+	}
+	if marker != nil {
+		if err := a.replay(tx, marker); err != nil {
+			return err
+		}
+		return errLanded
+	}
+	// Only now, knowing that no earlier attempt landed, may the batch be cut.
+	if a.runs > 1 && len(a.batch) > 1 && a.lastTook > slowAttempt {
+		return errShrink{n: len(a.batch) / 2}
+	}
+	vals, err := tx.GetMany([][]byte{keyspace.Head, keyspace.Pending})
+	if err != nil {
+		return err
+	}
+	if vals[1] != nil {
+		return &errPending{rec: vals[1]}
+	}
+	head, err := DecodeHead(vals[0])
+	if err != nil {
+		return err
+	}
+	env, err := s.app.Begin(tx)
+	if err != nil {
+		return err
+	}
+	if invariants {
+		checkNothingAbove(tx, head.Rev)
+	}
+	return a.apply(tx, head.Rev, env)
+}
+
+// apply evaluates the batch on top of revision base and writes the head and
+// the batch marker.
+func (a *attempt) apply(tx storage.Tx, base int64, env Env) error {
+	s := a.s
+	ctr := &countingTx{Tx: tx}
+	start, rev := env, base
+	for i, p := range a.batch {
+		id := RequestID{Writer: s.writer, Seq: a.seq, Index: uint32(i)}
+		resp, wrote, reqErr, err := s.app.Apply(ctr, &env, rev, id, p.req)
+		switch {
+		case err != nil:
+			return err
+		case errors.Is(reqErr, ErrStage) && i == 0:
+			return errStageFirst
+		case errors.Is(reqErr, ErrStage):
+			return errShrink{n: i}
+		case ctr.bytes > s.cfg.BatchBytes && i > 0:
+			return errShrink{n: i}
+		}
+		a.results[i] = result{resp: resp, err: reqErr}
+		if wrote {
+			rev++
+			if invariants {
+				checkLogged(tx, rev)
+			}
+		}
+	}
+	a.written = ctr.bytes
+	if ctr.bytes == 0 {
+		return nil // nothing written; nothing to make idempotent
+	}
+	if rev != base {
+		tx.Set(keyspace.Head, encodeHead(Head{Rev: rev, Writer: s.writer, Seq: a.seq}))
+		a.base, a.newHead = base, rev
+	}
+	tx.Set(keyspace.Batch(s.writer, a.seq), encodeMarker(base, start))
+	if a.seq > markerWindow {
+		// A point delete of the one marker leaving the window: range
+		// deletions would pile up as tombstones on every batch.
+		tx.Clear(keyspace.Batch(s.writer, a.seq-markerWindow))
+	}
+	return nil
+}
+
+// replay rebuilds the responses of a batch an earlier attempt committed,
+// under the Env that attempt evaluated against.
+func (a *attempt) replay(tx storage.ReadTx, marker []byte) error {
+	base, env, err := decodeMarker(marker)
+	if err != nil {
+		return err
+	}
+	rev := base
+	for i, p := range a.batch {
+		id := RequestID{Writer: a.s.writer, Seq: a.seq, Index: uint32(i)}
+		resp, wrote, reqErr, err := a.s.app.Replay(tx, &env, rev, id, p.req)
+		if err != nil {
+			return err
+		}
+		a.results[i] = result{resp: resp, err: reqErr}
+		if wrote {
+			rev++
+		}
+	}
+	return nil
+}
+
+// A batch marker records the head the batch applied on and the Env it
+// started with.
+func encodeMarker(base int64, env Env) []byte {
+	out := binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(base))
+	return binary.BigEndian.AppendUint64(out, uint64(env.Compacted))
+}
+
+func decodeMarker(v []byte) (int64, Env, error) {
+	if len(v) != 16 {
+		return 0, Env{}, fmt.Errorf("revision: batch marker of %d bytes", len(v))
+	}
+	return int64(binary.BigEndian.Uint64(v)), Env{Compacted: int64(binary.BigEndian.Uint64(v[8:]))}, nil
+}
+
+// countingTx measures the bytes a batch writes, to keep it under BatchBytes.
+type countingTx struct {
+	storage.Tx
+	bytes int
+}
+
+func (c *countingTx) Set(k, v []byte) {
+	c.bytes += len(k) + len(v)
+	c.Tx.Set(k, v)
+}
+
+func (c *countingTx) Clear(k []byte) {
+	c.bytes += len(k)
+	c.Tx.Clear(k)
+}
+
+func (c *countingTx) ClearRange(b, e []byte) {
+	c.bytes += len(b) + len(e)
+	c.Tx.ClearRange(b, e)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package revision
+
+const invariants = false

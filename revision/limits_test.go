@@ -1,0 +1,128 @@
+package revision_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/revision"
+	"github.com/fdb-etcd/fdb-etcd/storage"
+	"github.com/fdb-etcd/fdb-etcd/storage/faulty"
+)
+
+// sized writes a request's number of bytes, in values under the storage's
+// value limit, and logs its revision. A request of 0 bytes waits for gate
+// first.
+type sized struct{ gate chan struct{} }
+
+func (sized) Begin(storage.ReadTx) (revision.Env, error) { return revision.Env{}, nil }
+
+func (a sized) Apply(tx storage.Tx, _ *revision.Env, rev int64, id revision.RequestID, req any) (any, bool, error, error) {
+	n := req.(int)
+	if n == 0 {
+		<-a.gate
+	}
+	for i := 0; n > 0; i++ {
+		v := make([]byte, min(n, 90_000))
+		n -= len(v)
+		tx.Set(fmt.Appendf(nil, "v/%d/%d/%d", id.Seq, id.Index, i), v)
+	}
+	tx.Set(keyspace.Log(rev+1, 0), []byte("x"))
+	return rev + 1, true, nil, nil
+}
+
+func (sized) Replay(_ storage.ReadTx, _ *revision.Env, rev int64, _ revision.RequestID, _ any) (any, bool, error, error) {
+	return rev + 1, true, nil, nil
+}
+
+// TestBatchTooLargeIsSplit: a batch whose transaction the storage refuses
+// as too large (2101) is split until its parts commit, and a request too
+// large on its own fails alone with ErrTooLarge while the others commit.
+func TestBatchTooLargeIsSplit(t *testing.T) {
+	db := faulty.Wrap(openDB(t), faulty.Options{})
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	var batches []int
+	seq := revision.New(db, sized{gate: gate}, revision.Config{BatchBytes: 1 << 30, Observe: func(n, _ int, _ time.Duration) {
+		mu.Lock()
+		batches = append(batches, n)
+		mu.Unlock()
+	}})
+	defer seq.Stop()
+	sizes := []int{3 << 20, 3 << 20, 12 << 20, 3 << 20, 3 << 20, 2 << 20}
+	errs := make([]error, len(sizes))
+	revs := make([]any, len(sizes))
+	var wg sync.WaitGroup
+	// A first request holds the lead until the rest have been submitted;
+	// they then form one batch of 26 MiB.
+	first := make(chan error, 1)
+	go func() { _, err := seq.Do(context.Background(), 0, 1); first <- err }()
+	started := make(chan struct{}, len(sizes))
+	for i, n := range sizes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			started <- struct{}{}
+			revs[i], errs[i] = seq.Do(context.Background(), n, n)
+		}()
+	}
+	for range sizes {
+		<-started
+	}
+	close(gate)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	seen := map[int64]bool{}
+	for i, err := range errs {
+		if sizes[i] > storage.MaxTransactionBytes {
+			if !errors.Is(err, revision.ErrTooLarge) {
+				t.Fatalf("request of %d bytes: %v, want ErrTooLarge", sizes[i], err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("request of %d bytes: %v", sizes[i], err)
+		}
+		if r := revs[i].(int64); seen[r] {
+			t.Fatalf("revision %d twice", r)
+		} else {
+			seen[r] = true
+		}
+	}
+	// Batches of several requests were refused and split: more refusals
+	// than the one request too large alone, and batches of several
+	// requests committed.
+	mu.Lock()
+	defer mu.Unlock()
+	multi := 0
+	for _, n := range batches {
+		if n > 1 {
+			multi++
+		}
+	}
+	if db.Stats.LimitErrors.Load() < 2 || multi == 0 {
+		t.Fatalf("%d refusals, committed batches %v: no batch was split", db.Stats.LimitErrors.Load(), batches)
+	}
+}
+
+// TestCommitTimeout: a batch that cannot commit (every attempt conflicts)
+// is answered ErrTimeout once CommitTimeout has passed, instead of holding
+// the sequencer; the next request commits normally.
+func TestCommitTimeout(t *testing.T) {
+	db := faulty.Wrap(openDB(t), faulty.Options{RetryProbability: 1})
+	seq := revision.New(db, recorder{}, revision.Config{CommitTimeout: 200 * time.Millisecond})
+	defer seq.Stop()
+	if _, err := seq.Do(context.Background(), "stuck", 10); !errors.Is(err, revision.ErrTimeout) {
+		t.Fatalf("got %v, want ErrTimeout", err)
+	}
+	db.SetOptions(faulty.Options{})
+	if r, err := seq.Do(context.Background(), "next", 10); err != nil || r.(int64) != 2 {
+		t.Fatalf("after the timeout: revision %v, %v; want 2", r, err)
+	}
+}

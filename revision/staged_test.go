@@ -1,0 +1,277 @@
+package revision_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/revision"
+	"github.com/fdb-etcd/fdb-etcd/storage"
+	"github.com/fdb-etcd/fdb-etcd/storage/faulty"
+)
+
+// counter writes a request of n keys: "c/<i>" = the revision it takes, and
+// logs the revision. More than stageAbove keys are staged, 100 per
+// transaction; after each staged chunk it calls chunkDone, if set.
+type counter struct {
+	db        storage.DB
+	chunkDone func(chunk int)
+}
+
+const stageAbove = 300
+
+func (counter) Begin(storage.ReadTx) (revision.Env, error) { return revision.Env{}, nil }
+
+func (c counter) Apply(tx storage.Tx, _ *revision.Env, rev int64, _ revision.RequestID, req any) (any, bool, error, error) {
+	n := req.(int)
+	if n > stageAbove {
+		return nil, false, revision.ErrStage, nil
+	}
+	writeCounted(tx, rev+1, 0, n)
+	return rev + 1, true, nil, nil
+}
+
+func (counter) Replay(_ storage.ReadTx, _ *revision.Env, rev int64, _ revision.RequestID, _ any) (any, bool, error, error) {
+	return rev + 1, true, nil, nil
+}
+
+func writeCounted(tx storage.Tx, rev int64, from, to int) {
+	for i := from; i < to; i++ {
+		tx.Set(fmt.Appendf(nil, "c/%06d", i), fmt.Appendf(nil, "%d", rev))
+	}
+	if from == 0 {
+		tx.Set(keyspace.Log(rev, 0), []byte("x"))
+	}
+}
+
+func (counter) Reserve(_ storage.ReadTx, _ revision.Env, _ int64, req any) ([]byte, error, error) {
+	return binary.BigEndian.AppendUint64(nil, uint64(req.(int))), nil, nil
+}
+
+func (c counter) Stage(ctx context.Context, r revision.Reservation, _ bool) (any, bool, error) {
+	n := int(binary.BigEndian.Uint64(r.Req))
+	for chunk := 0; chunk*100 < n; chunk++ {
+		err := c.db.Update(ctx, func(tx storage.Tx) error {
+			if err := r.Check(tx); err != nil {
+				return err
+			}
+			writeCounted(tx, r.Base+1, chunk*100, min(n, chunk*100+100))
+			return nil
+		})
+		if err != nil {
+			return nil, false, err
+		}
+		if c.chunkDone != nil {
+			c.chunkDone(chunk)
+		}
+	}
+	return r.Base + 1, n > 0, nil
+}
+
+func (counter) Publish(storage.Tx, revision.Reservation, bool) error { return nil }
+
+func headOf(t *testing.T, db storage.DB) int64 {
+	t.Helper()
+	var h revision.Head
+	err := db.View(context.Background(), func(tx storage.ReadTx) error {
+		var err error
+		h, err = revision.ReadHead(tx)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.Rev
+}
+
+func countedAt(t *testing.T, db storage.DB, rev int64) int {
+	t.Helper()
+	n := 0
+	err := db.View(context.Background(), func(tx storage.ReadTx) error {
+		kvs, err := tx.GetRange([]byte("c/"), []byte("c0"), storage.RangeOptions{})
+		n = 0
+		for _, kv := range kvs {
+			if string(kv.Value) == fmt.Sprint(rev) {
+				n++
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestStagedRequest: a request too large for a batch is staged in several
+// transactions while the head stays put, and writes of another writer on
+// the same storage wait for it: it takes the next revision whole, and they
+// the ones after. Every storage commit is reported as unknown result and
+// retried (faulty), so every step of staging repeats on top of itself.
+func TestStagedRequest(t *testing.T) {
+	raw := openDB(t)
+	db := faulty.Wrap(raw, faulty.Options{Seed: 3, CommitUnknownProbability: 1, RetryProbability: 0.2})
+	var other *revision.Sequencer
+	otherDone := make(chan error, 1)
+	otherRev := make(chan int64, 1)
+	c := counter{db: db}
+	c.chunkDone = func(chunk int) {
+		if chunk != 2 {
+			return
+		}
+		if h := headOf(t, db); h != 1 {
+			t.Errorf("head %d while staging, want 1", h)
+		}
+		go func() { // another writer, while the reservation is pending
+			r, err := other.Do(context.Background(), 5, 5)
+			if err == nil {
+				otherRev <- r.(int64)
+			}
+			otherDone <- err
+		}()
+	}
+	seq := revision.New(db, c, revision.Config{BeatTimeout: time.Minute})
+	defer seq.Stop()
+	other = revision.New(db, counter{db: db}, revision.Config{BeatTimeout: time.Minute})
+	defer other.Stop()
+	r, err := seq.Do(context.Background(), 1000, 10)
+	if err != nil || r.(int64) != 2 {
+		t.Fatalf("staged request: revision %v, %v; want 2", r, err)
+	}
+	if err := <-otherDone; err != nil {
+		t.Fatal(err)
+	}
+	if r := <-otherRev; r != 3 {
+		t.Fatalf("the other writer took revision %d, want 3", r)
+	}
+	if h := headOf(t, raw); h != 3 {
+		t.Fatalf("head %d, want 3", h)
+	}
+	if n := countedAt(t, raw, 2); n != 1000-5 {
+		t.Fatalf("%d keys of revision 2 left, want 995", n)
+	}
+	if db.Stats.Unknowns.Load() == 0 {
+		t.Fatal("no unknown results injected")
+	}
+}
+
+// cutDB stops answering once cut, as the storage connection of a process
+// that died would.
+type cutDB struct {
+	storage.DB
+	cut atomic.Bool
+}
+
+var errCut = errors.New("cut off")
+
+func (d *cutDB) Update(ctx context.Context, fn func(storage.Tx) error) error {
+	if d.cut.Load() {
+		return errCut
+	}
+	return d.DB.Update(ctx, fn)
+}
+
+func (d *cutDB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
+	if d.cut.Load() {
+		return errCut
+	}
+	return d.DB.View(ctx, fn)
+}
+
+// TestStagedRequestTakenOver: a writer that reserved and half staged a
+// request is cut off. Two other writers' requests wait until the beat stands
+// still for BeatTimeout; one of them takes the staged request over and
+// finishes it (same writes, the first writer's batch marker), and both
+// commit after it. The first writer's caller was told its outcome is
+// unknown.
+func TestStagedRequestTakenOver(t *testing.T) {
+	raw := openDB(t)
+	dying := &cutDB{DB: raw}
+	c := counter{db: dying}
+	c.chunkDone = func(chunk int) {
+		if chunk == 3 {
+			dying.cut.Store(true)
+		}
+	}
+	a := revision.New(dying, c, revision.Config{})
+	defer a.Stop()
+	if _, err := a.Do(context.Background(), 1000, 10); !errors.Is(err, revision.ErrTimeout) {
+		t.Fatalf("cut-off staged request: %v, want ErrTimeout", err)
+	}
+	if h, n := headOf(t, raw), countedAt(t, raw, 2); h != 1 || n != 400 {
+		t.Fatalf("after the cut: head %d, %d keys staged; want 1 and 400", h, n)
+	}
+	// Two writers wait for it; either may take it over (the other then
+	// waits for that one), every commit of theirs reported as unknown
+	// result and retried.
+	cfg := revision.Config{BeatInterval: 10 * time.Millisecond, BeatTimeout: 200 * time.Millisecond}
+	revs := make(chan int64, 2)
+	errs := make(chan error, 2)
+	for i := range 2 {
+		db := faulty.Wrap(raw, faulty.Options{Seed: int64(i), CommitUnknownProbability: 1})
+		w := revision.New(db, counter{db: db}, cfg)
+		defer w.Stop()
+		go func() {
+			r, err := w.Do(context.Background(), 5, 5)
+			if err == nil {
+				revs <- r.(int64)
+			}
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("request after the takeover: %v", err)
+		}
+	}
+	if r1, r2 := <-revs, <-revs; min(r1, r2) != 3 || max(r1, r2) != 4 {
+		t.Fatalf("the waiting writers took revisions %d and %d, want 3 and 4", r1, r2)
+	}
+	if n := countedAt(t, raw, 2); n != 995 {
+		t.Fatalf("%d keys of revision 2, want 995", n)
+	}
+	if n := countedAt(t, raw, 3) + countedAt(t, raw, 4); n != 5 {
+		t.Fatalf("%d keys of revisions 3 and 4, want 5", n)
+	}
+}
+
+// TestSettle: Settle returns at once with nothing in flight, and otherwise
+// once the batch in flight is decided.
+func TestSettle(t *testing.T) {
+	gate := make(chan struct{})
+	seq := revision.New(openDB(t), sized{gate: gate}, revision.Config{})
+	defer seq.Stop()
+	if err := seq.Settle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_, _ = seq.Do(context.Background(), 0, 1)
+		close(done)
+	}()
+	// Once the batch is in flight (at the gate), Settle waits for it:
+	// it returns nil only while nothing is in flight.
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		err := seq.Settle(ctx)
+		cancel()
+		if err != nil {
+			break
+		}
+		select {
+		case <-done:
+			t.Fatal("the gated batch finished before the gate opened")
+		default:
+		}
+	}
+	close(gate)
+	if err := seq.Settle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+}
