@@ -21,11 +21,7 @@ var errRenewed = errors.New("lease: renewed since it was found expired")
 // index window, the next window read, or a change of ownership.
 func (l *Lessor) run() {
 	defer l.wg.Done()
-<<<<<<< HEAD
-=======
-	var nextRenew time.Time
 	retry := expiryRetry{}
->>>>>>> wip/large
 	for !l.stopped() {
 		changed := l.owner.Changed()
 		st := l.adopt()
@@ -42,11 +38,7 @@ func (l *Lessor) run() {
 			clear(retry) // another owner tries them now
 		}
 		if st.owned && st.promoted {
-<<<<<<< HEAD
-			next, more := l.expirePass(st)
-=======
-			next, more := l.expirePass(st, &nextRenew, retry)
->>>>>>> wip/large
+			next, more := l.expirePass(st, retry)
 			if more {
 				continue
 			}
@@ -170,12 +162,6 @@ const (
 	outFailed                  // storage failure; try again later
 )
 
-<<<<<<< HEAD
-// expirePass reads the index window, expires what is due, and returns when
-// to wake next; more means the window was full of due leases and the caller
-// should go again at once.
-func (l *Lessor) expirePass(st ownState) (next time.Time, more bool) {
-=======
 // expiryRetry holds the leases whose revoke failed, and when each may be
 // tried again: the delay doubles from minExpiryRetry to maxExpiryRetry, so
 // that a lease that keeps failing (its revoke timing out, the storage
@@ -213,8 +199,7 @@ func (r expiryRetry) waiting(id int64, now time.Time) (time.Time, bool) {
 // expirePass expires the due leases at the start of the index, skipping
 // those waiting to be retried, and returns when to wake next; more means
 // there may be more due leases and the caller should go again at once.
-func (l *Lessor) expirePass(st ownState, nextRenew *time.Time, retry expiryRetry) (next time.Time, more bool) {
->>>>>>> wip/large
+func (l *Lessor) expirePass(st ownState, retry expiryRetry) (next time.Time, more bool) {
 	now := l.clock.Now()
 	due, next, full, err := l.dueLeases(now, retry)
 	if err != nil {
@@ -223,10 +208,7 @@ func (l *Lessor) expirePass(st ownState, nextRenew *time.Time, retry expiryRetry
 		}
 		return now.Add(l.cfg.ScanInterval), false
 	}
-	stale, lost := l.expireDue(st, due, now, nextRenew, retry)
-	if lost {
-		l.lose("fenced off while expiring")
-	}
+	stale, lost := l.expireDue(st, due, now, retry)
 	l.clearStale(stale)
 	for _, e := range due {
 		if at, wait := retry.waiting(e.id, now); wait && at.Before(next) {
@@ -286,11 +268,10 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// expireDue revokes the due leases, ExpireConcurrency at a time, renewing
-// ownership as the pass goes on. It returns the index entries that no
+// expireDue revokes the due leases, ExpireConcurrency at a time. It returns
 // longer describe a lease, and whether ownership was lost; the leases that
 // failed are scheduled for retry.
-func (l *Lessor) expireDue(st ownState, due []indexEntry, now time.Time, nextRenew *time.Time, retry expiryRetry) (stale []indexEntry, lost bool) {
+func (l *Lessor) expireDue(st ownState, due []indexEntry, now time.Time, retry expiryRetry) (stale []indexEntry, lost bool) {
 	nowN := now.UnixMicro()
 	for start := 0; start < len(due) && !lost; start += l.cfg.ExpireConcurrency {
 		chunk := due[start:min(start+l.cfg.ExpireConcurrency, len(due))]
@@ -315,29 +296,10 @@ func (l *Lessor) expireDue(st ownState, due []indexEntry, now time.Time, nextRen
 				retry.failed(chunk[i].id, l.clock.Now())
 			}
 		}
-<<<<<<< HEAD
 		// A pass that outlives the epoch stops; the new owner goes on.
 		lost = lost || !l.holds(st.epoch)
 	}
-	l.clearStale(stale)
-	more = !lost && !failed && len(entries) == l.cfg.ExpireBatch && len(due) == len(entries)
-	if failed || lost {
-		// Try again a scan later; a change of owner wakes the loop sooner.
-		next = horizon
-	}
-	return next, more
-=======
-		// A long pass must not let ownership lapse.
-		if t := l.clock.Now(); !lost && !t.Before(*nextRenew) {
-			l.renewOwnership(t)
-			*nextRenew = t.Add(l.cfg.RenewInterval)
-			if s := l.state(); !s.owned || s.epoch != st.epoch {
-				lost = true
-			}
-		}
-	}
 	return stale, lost
->>>>>>> wip/large
 }
 
 // expire revokes lease id if it is still due at nowN and this lessor still

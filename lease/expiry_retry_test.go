@@ -9,8 +9,9 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"github.com/fdb-etcd/fdb-etcd/lease/leasetest"
+	"github.com/fdb-etcd/fdb-etcd/internal/clock/fakeclock"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/owner"
 )
 
 // failingRevokes fails every revoke of the leases in fail, as a revoke that
@@ -42,12 +43,13 @@ func TestFailingExpiryBacksOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	fr := &failingRevokes{Store: store, fail: map[int64]bool{1: true, 2: true, 3: true}, tries: map[int64]int{}}
-	n := &node{w: w, store: store, clk: leasetest.NewClock(w.now)}
+	n := &node{w: w, store: store, clk: fakeclock.New(w.now), db: &crashable{DB: w.db}}
 	c := w.cfg(Config{ExpireBatch: 3})
 	c.Clock = n.clk
-	n.l = New(fr, c)
+	n.own = owner.Start(n.db, owner.Config{TTL: 5 * time.Second, Clock: n.clk, Logger: c.Logger})
+	n.l = New(fr, n.own, c)
 	w.nodes = append(w.nodes, n)
-	n.clk.BlockUntil(t, 1)
+	n.clk.BlockUntil(t, loops)
 	for id := int64(1); id <= 10; id++ {
 		n.grant(t, id, 5)
 		n.put(t, fmt.Sprintf("k/%d", id), id)
