@@ -18,8 +18,8 @@ import (
 
 const wait = 20 * time.Second
 
-// gatedSource lets a test hold the hub's tail reads (upTo == 0) while
-// catch-up reads go through.
+// gatedSource lets a test hold the hub's tail reads (no UpTo, values read)
+// while catch-up reads and progress requests' log reads go through.
 type gatedSource struct {
 	*mvcc.Store
 	mu   sync.Mutex
@@ -39,8 +39,8 @@ func (g *gatedSource) release() {
 	g.gate = nil
 }
 
-func (g *gatedSource) ReadWatchEvents(ctx context.Context, from int64, maxRevs int, upTo int64) (mvcc.EventBatch, error) {
-	if upTo == 0 {
+func (g *gatedSource) ReadWatchEvents(ctx context.Context, r mvcc.WatchRead) (mvcc.EventBatch, error) {
+	if r.UpTo == 0 && !r.KeysOnly {
 		g.mu.Lock()
 		gate := g.gate
 		g.mu.Unlock()
@@ -52,7 +52,7 @@ func (g *gatedSource) ReadWatchEvents(ctx context.Context, from int64, maxRevs i
 			}
 		}
 	}
-	return g.Store.ReadWatchEvents(ctx, from, maxRevs, upTo)
+	return g.Store.ReadWatchEvents(ctx, r)
 }
 
 func newStore(t *testing.T) *mvcc.Store {
