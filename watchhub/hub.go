@@ -23,8 +23,10 @@
 // Each stream's responses go through one FIFO queue, so a progress
 // notification (no events, header revision R) is queued only after every
 // event <= R of the stream's watchers: the answer to a progress request waits
-// until no watcher of the stream is catching up and the hub has reached the
-// revision the store had when the request arrived.
+// until no watcher of the stream is catching up and every event up to the
+// revision the store had when the request arrived has been queued — by the
+// hub, or, when the request's own read of the log shows that none of the
+// revisions the hub has yet to dispatch is for the stream, at once.
 package watchhub
 
 import (
@@ -423,14 +425,21 @@ func (h *Hub) answer(st *Stream) {
 			h.waiting[st] = struct{}{}
 			return
 		case progressSend:
-			for range st.reqs.Take() {
-				st.pushControl(Response{Kind: KindProgress, WatchID: InvalidWatchID, Rev: h.rev})
-			}
-			delete(h.waiting, st)
+			h.sendProgress(st, h.rev)
 			return
 		}
 	}
 	st.reqs.Take() // dropped, as etcd drops it
+	delete(h.waiting, st)
+}
+
+// sendProgress queues the answers to a stream's pending progress requests
+// at rev. The caller holds mu.
+func (h *Hub) sendProgress(st *Stream, rev int64) {
+	for range st.reqs.Take() {
+		st.pushControl(Response{Kind: KindProgress, WatchID: InvalidWatchID, Rev: rev})
+	}
+	st.progressRev = max(st.progressRev, rev)
 	delete(h.waiting, st)
 }
 
