@@ -67,6 +67,8 @@ type Store struct {
 	compactWaiters []compactWaiter
 
 	counts *countCache // range counts, so counting need not scan (countcache.go)
+
+	watchSizes watchSizes // sizes watch-log reads meet (watchread.go)
 }
 
 var _ revision.Applier = (*Store)(nil)

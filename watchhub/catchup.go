@@ -30,6 +30,7 @@ func (h *Hub) catchUp(st *Stream) {
 		}
 		upTo := h.rev
 		from := int64(math.MaxInt64)
+		prevKV := false
 		ws = ws[:0]
 		for w := range st.unsynced {
 			if w.next > upTo {
@@ -41,13 +42,14 @@ func (h *Hub) catchUp(st *Stream) {
 			}
 			ws = append(ws, w)
 			from = min(from, w.next)
+			prevKV = prevKV || w.prevKV
 		}
 		h.mu.Unlock()
 		if len(ws) == 0 {
 			continue
 		}
 
-		b, err := h.src.ReadWatchEvents(h.ctx, from, h.cfg.CatchUpRevs, upTo)
+		b, err := h.src.ReadWatchEvents(h.ctx, mvcc.WatchRead{From: from, UpTo: upTo, MaxRevs: h.cfg.CatchUpRevs, MaxBytes: h.cfg.ReadBytes, PrevKV: prevKV})
 		if errors.Is(err, mvcc.ErrCompacted) {
 			h.mu.Lock()
 			for _, w := range ws {

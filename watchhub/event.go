@@ -61,6 +61,7 @@ func (e *Event) Rev() int64 { return e.PB.Kv.ModRevision }
 // catch-up), so the lazy fields need no locking.
 type revision struct {
 	rev     int64
+	prevKV  bool // read with previous values
 	full    []*Event
 	bare    []*Event // nil until needed; bare[i] == nil until built
 	bareAll bool
@@ -72,7 +73,7 @@ type revision struct {
 func revisionsOf(b mvcc.EventBatch) []*revision {
 	out := make([]*revision, 0, len(b.Revs))
 	for _, re := range b.Revs {
-		r := &revision{rev: re.Rev, full: make([]*Event, len(re.Events))}
+		r := &revision{rev: re.Rev, prevKV: b.PrevKV, full: make([]*Event, len(re.Events))}
 		for i, ev := range re.Events {
 			if re.Rev <= b.Compacted {
 				ev.PrevKv = nil

@@ -23,8 +23,10 @@
 // Each stream's responses go through one FIFO queue, so a progress
 // notification (no events, header revision R) is queued only after every
 // event <= R of the stream's watchers: the answer to a progress request waits
-// until no watcher of the stream is catching up and the hub has reached the
-// revision the store had when the request arrived.
+// until no watcher of the stream is catching up and every event up to the
+// revision the store had when the request arrived has been queued — by the
+// hub, or, when the request's own read of the log shows that none of the
+// revisions the hub has yet to dispatch is for the stream, at once.
 package watchhub
 
 import (
@@ -45,8 +47,8 @@ type Source interface {
 	Rev(ctx context.Context) (rev, compacted int64, err error)
 	// WaitRev blocks until the current revision exceeds after.
 	WaitRev(ctx context.Context, after int64) (int64, error)
-	// ReadWatchEvents reads the events of revisions from.. (see mvcc).
-	ReadWatchEvents(ctx context.Context, from int64, maxRevs int, upTo int64) (mvcc.EventBatch, error)
+	// ReadWatchEvents reads the events of revisions r.From.. (see mvcc).
+	ReadWatchEvents(ctx context.Context, r mvcc.WatchRead) (mvcc.EventBatch, error)
 }
 
 var _ Source = (*mvcc.Store)(nil)
@@ -58,6 +60,10 @@ type Config struct {
 	DispatchRevs int
 	// CatchUpRevs bounds the revisions one catch-up round reads.
 	CatchUpRevs int
+	// ReadBytes bounds what one storage transaction of the hub or of a
+	// catch-up reads (mvcc.WatchRead.MaxBytes): a revision log of large
+	// values is read in many short transactions.
+	ReadBytes int
 	// StreamEntries and StreamBytes bound the event responses queued on one
 	// stream (bytes approximate keys and values); a watcher whose stream is
 	// full falls back to catching up. One response is always accepted into
@@ -80,6 +86,9 @@ func (c *Config) defaults() {
 	}
 	if c.CatchUpRevs <= 0 {
 		c.CatchUpRevs = 128
+	}
+	if c.ReadBytes <= 0 {
+		c.ReadBytes = mvcc.DefaultWatchReadBytes
 	}
 	if c.StreamEntries <= 0 {
 		c.StreamEntries = 4096
@@ -270,7 +279,12 @@ func (h *Hub) run() {
 			}
 			h.mu.Unlock()
 		}
-		b, err := h.src.ReadWatchEvents(h.ctx, h.rev+1, h.cfg.DispatchRevs, 0)
+		h.mu.Lock()
+		// Previous values are read only when a synced watcher wants them;
+		// one that joins meanwhile catches up instead (dispatch).
+		r := mvcc.WatchRead{From: h.rev + 1, MaxRevs: h.cfg.DispatchRevs, MaxBytes: h.cfg.ReadBytes, PrevKV: h.idx.prevKV > 0}
+		h.mu.Unlock()
+		b, err := h.src.ReadWatchEvents(h.ctx, r)
 		if errors.Is(err, mvcc.ErrCompacted) {
 			h.mu.Lock()
 			h.compactedBehind(b.Compacted)
@@ -322,21 +336,33 @@ func (h *Hub) dispatch(re *revision) {
 		}
 	}
 	for _, w := range touched {
+		if w.prevKV && !re.prevKV {
+			// It joined after the read was planned without previous
+			// values: it reads them catching up.
+			h.demote(w, re.rev, false)
+			continue
+		}
 		evs := re.pick(w.hits, w.prevKV)
 		r := Response{Kind: KindEvents, WatchID: w.id, Rev: re.rev, Events: evs, Fragment: w.fragment, size: eventsSize(evs)}
 		if w.st.pushEvents(w, r) {
 			w.next = re.rev + 1
 			continue
 		}
-		// Slow: leave the index and catch up from the revision log.
-		h.idx.remove(w)
-		w.next, w.slow = re.rev, true
-		h.addUnsynced(w)
+		h.demote(w, re.rev, true) // its stream queue is full
 	}
 	clear(touched)
 	h.touched = touched[:0]
 	clear(h.groups)
 	h.setRev(re.rev)
+}
+
+// demote takes a synced watcher out of the index to catch up from rev:
+// slow when its stream queue is full (etcd's victims), or because the hub
+// read rev without the previous values it needs. The caller holds mu.
+func (h *Hub) demote(w *Watcher, rev int64, slow bool) {
+	h.idx.remove(w)
+	w.next, w.slow = rev, slow
+	h.addUnsynced(w)
 }
 
 // compactedBehind handles a compaction past the hub's position (the hub fell
@@ -399,14 +425,21 @@ func (h *Hub) answer(st *Stream) {
 			h.waiting[st] = struct{}{}
 			return
 		case progressSend:
-			for range st.reqs.Take() {
-				st.pushControl(Response{Kind: KindProgress, WatchID: InvalidWatchID, Rev: h.rev})
-			}
-			delete(h.waiting, st)
+			h.sendProgress(st, h.rev)
 			return
 		}
 	}
 	st.reqs.Take() // dropped, as etcd drops it
+	delete(h.waiting, st)
+}
+
+// sendProgress queues the answers to a stream's pending progress requests
+// at rev. The caller holds mu.
+func (h *Hub) sendProgress(st *Stream, rev int64) {
+	for range st.reqs.Take() {
+		st.pushControl(Response{Kind: KindProgress, WatchID: InvalidWatchID, Rev: rev})
+	}
+	st.progressRev = max(st.progressRev, rev)
 	delete(h.waiting, st)
 }
 

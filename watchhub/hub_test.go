@@ -18,8 +18,8 @@ import (
 
 const wait = 20 * time.Second
 
-// gatedSource lets a test hold the hub's tail reads (upTo == 0) while
-// catch-up reads go through.
+// gatedSource lets a test hold the hub's tail reads (no UpTo, values read)
+// while catch-up reads and progress requests' log reads go through.
 type gatedSource struct {
 	*mvcc.Store
 	mu   sync.Mutex
@@ -39,8 +39,8 @@ func (g *gatedSource) release() {
 	g.gate = nil
 }
 
-func (g *gatedSource) ReadWatchEvents(ctx context.Context, from int64, maxRevs int, upTo int64) (mvcc.EventBatch, error) {
-	if upTo == 0 {
+func (g *gatedSource) ReadWatchEvents(ctx context.Context, r mvcc.WatchRead) (mvcc.EventBatch, error) {
+	if r.UpTo == 0 && !r.KeysOnly {
 		g.mu.Lock()
 		gate := g.gate
 		g.mu.Unlock()
@@ -52,7 +52,7 @@ func (g *gatedSource) ReadWatchEvents(ctx context.Context, from int64, maxRevs i
 			}
 		}
 	}
-	return g.Store.ReadWatchEvents(ctx, from, maxRevs, upTo)
+	return g.Store.ReadWatchEvents(ctx, r)
 }
 
 func newStore(t *testing.T) *mvcc.Store {
@@ -316,6 +316,53 @@ func TestProgressWaitsForTheHub(t *testing.T) {
 	if want := fmt.Sprintf("[events@%d progress@%d/-1]", r1, R); fmt.Sprint(kinds) != want {
 		t.Fatalf("got %v, want %s", kinds, want)
 	}
+}
+
+// A progress request on a synced stream is answered at the store's
+// revision while the hub has not yet read the revisions after its own,
+// when none of them is for the stream: it does not wait for the hub. A
+// write the stream watches, still undispatched, makes it wait (as in
+// TestProgressWaitsForTheHub).
+func TestProgressDoesNotWaitForUnrelatedRevisions(t *testing.T) {
+	s := newStore(t)
+	g := &gatedSource{Store: s}
+	h := newHub(t, g, Config{})
+	ctx := context.Background()
+	st := h.NewStream()
+	if err := st.Watch(ctx, Options{Key: []byte("quiet/"), End: []byte("quiet0"), PrevKV: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Watch(ctx, Options{Key: []byte("q"), NoPut: true}); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, st, func(r Response) bool { return r.Kind == KindCreated && r.WatchID == 1 })
+	g.hold()
+	putKey(t, s, "busy/1", "1")
+	putKey(t, s, "q", "put, filtered")
+	R := putKey(t, s, "busy/2", "2")
+	if err := st.RequestProgress(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []Response
+	got = st.Pop(got, 8)
+	if len(got) != 1 || got[0].Kind != KindProgress || got[0].Rev != R || got[0].WatchID != InvalidWatchID {
+		t.Fatalf("with the hub held at %d: %+v, want one progress at %d", h.Rev(), got, R)
+	}
+	// Periodic progress stays behind until the hub has caught up, so no
+	// lower revision follows.
+	st.WatcherProgress([]int64{0, 1})
+	if n, _ := st.Len(); n != 0 {
+		t.Fatalf("%d responses after a periodic tick with the hub behind", n)
+	}
+	g.release()
+	waitFor(t, func() bool { return h.Rev() >= R })
+	st.WatcherProgress([]int64{0})
+	drain(t, st, func(r Response) bool {
+		if r.Kind != KindProgress || r.Rev < R {
+			t.Fatalf("after catching up: %+v", r)
+		}
+		return true
+	})
 }
 
 // The hub falling behind a whole compaction cancels the synced watchers

@@ -26,6 +26,7 @@ type index struct {
 	ranges map[rangeKey]*group
 	tree   *inode
 	size   int
+	prevKV int // watchers that want previous values
 	// track maintains each watcher's position in its group so it can be
 	// removed in O(1); a throw-away index (a catch-up round) skips it and
 	// never removes.
@@ -118,6 +119,9 @@ func (ix *index) add(w *Watcher) {
 	}
 	g.ws = append(g.ws, w)
 	ix.size++
+	if w.prevKV {
+		ix.prevKV++
+	}
 }
 
 func (ix *index) remove(w *Watcher) {
@@ -135,6 +139,9 @@ func (ix *index) remove(w *Watcher) {
 	g.ws = g.ws[:last]
 	w.grp, w.gpos = nil, 0
 	ix.size--
+	if w.prevKV {
+		ix.prevKV--
+	}
 	if len(g.ws) > 0 {
 		return
 	}

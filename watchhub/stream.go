@@ -7,6 +7,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/progress"
 )
 
@@ -140,7 +141,9 @@ type Stream struct {
 	unsynced   map[*Watcher]struct{}
 	catchingUp bool
 	reqs       progress.Requests
-	closed     bool
+	// progressRev is the highest revision a progress answer promised.
+	progressRev int64
+	closed      bool
 
 	queue
 }
@@ -266,11 +269,23 @@ func (h *Hub) detach(w *Watcher) {
 // RequestProgress handles a WatchProgressRequest: the answer (watch id -1) is
 // queued once every watcher of the stream has been sent every event up to
 // the store's current revision; see Hub.progressReady for when it is dropped
-// instead.
+// instead. It reads, in one transaction, the store's head and the keys of
+// the revisions the hub has not dispatched yet: when none of them concerns
+// the stream's (synced) watchers, the answer is queued at once rather than
+// behind the hub's reading and dispatching of those revisions — work for
+// other streams, and on the embedded store the commit of a write this
+// stream does not watch.
 func (st *Stream) RequestProgress(ctx context.Context) error {
 	h := st.h
-	rev, _, err := h.src.Rev(ctx)
-	if err != nil {
+	h.mu.Lock()
+	if st.closed || len(st.watchers) == 0 {
+		h.mu.Unlock()
+		return nil
+	}
+	from := h.rev + 1
+	h.mu.Unlock()
+	b, err := h.src.ReadWatchEvents(ctx, mvcc.WatchRead{From: from, KeysOnly: true, NoSplit: true, MaxBytes: progressProbeBytes})
+	if err != nil && !errors.Is(err, mvcc.ErrCompacted) {
 		return err
 	}
 	h.mu.Lock()
@@ -278,9 +293,58 @@ func (st *Stream) RequestProgress(ctx context.Context) error {
 	if st.closed || len(st.watchers) == 0 {
 		return nil
 	}
-	st.reqs.Add(rev)
+	st.reqs.Add(b.Head)
+	if err == nil && h.progressReady(st) == progressWait && h.quietThrough(st, b) {
+		h.sendProgress(st, b.Head)
+		return nil
+	}
 	h.answer(st)
 	return nil
+}
+
+// Bounds of the answer that does not wait for the hub: the log bytes it
+// reads, and the watcher-event comparisons it makes under the hub's lock.
+// Past them the request waits for the hub.
+const (
+	progressProbeBytes  = 64 << 10
+	progressProbeChecks = 16 << 10
+)
+
+// quietThrough reports whether the stream may be told now that it has
+// every event up to b.Head although the hub has dispatched only up to
+// h.rev: no watcher is catching up, b holds every revision after h.rev up
+// to b.Head, that is enough for every pending request and watcher, and no
+// event of those revisions is for a watcher of the stream. The caller
+// holds mu.
+func (h *Hub) quietThrough(st *Stream, b mvcc.EventBatch) bool {
+	if len(st.unsynced) > 0 || b.To < b.Head || b.From > h.rev+1 {
+		return false
+	}
+	need := st.reqs.Target()
+	for _, w := range st.watchers {
+		need = max(need, w.createdRev)
+	}
+	if need > b.Head {
+		return false
+	}
+	checks := 0
+	for _, re := range b.Revs {
+		if re.Rev <= h.rev {
+			continue
+		}
+		checks += len(re.Events) * len(st.watchers)
+		if checks > progressProbeChecks {
+			return false
+		}
+		for _, ev := range re.Events {
+			for _, w := range st.watchers {
+				if w.next <= re.Rev && w.holds(ev.Kv.Key) && !w.filtered(ev) {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // WatcherProgress queues periodic progress notifications for the given
@@ -293,6 +357,11 @@ func (st *Stream) WatcherProgress(ids []int64) {
 	h := st.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.rev < st.progressRev {
+		// A progress answer got ahead of the hub; a lower revision now
+		// would take the client's view back. The next tick sends it.
+		return
+	}
 	for _, id := range ids {
 		w := st.watchers[id]
 		if w == nil || w.state != stateSynced || !progress.Eligible(h.rev, w.startRev, w.createdRev) {

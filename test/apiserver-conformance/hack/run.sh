@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # run.sh — what `make conformance` runs: the k8s.io/apiserver storage suite
 # against fdb-etcd and an embedded etcd (reference), then the kube-apiserver
-# scenarios. Reports go to $CONFORMANCE_RESULTS (default ./results).
+# scenarios. fdb-etcd runs on its embedded store and, with CONFORMANCE_FDB=1
+# (make conformance sets it when it finds FoundationDB; unset: when fdbserver
+# and fdbcli are on PATH), as three replicas on a throwaway fdbserver.
+# Reports go to $CONFORMANCE_RESULTS (default ./results).
 # CONFORMANCE_SKIP=storage|scenarios skips one half.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +13,7 @@ mkdir -p "$results"
 rm -f "$results/storage.md" "$results/scenarios.md"
 kver="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"
 ever="$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)"
-echo "apiserver-conformance: Kubernetes $kver (k8s.io/apiserver ${kver/v1./v0.}), reference etcd $ever, $(go version)"
+echo "apiserver-conformance: Kubernetes $kver (k8s.io/apiserver ${kver/v1./v0.}), reference etcd $ever, $(go version), CONFORMANCE_FDB=${CONFORMANCE_FDB:-auto}"
 skip="${CONFORMANCE_SKIP:-}"
 rc=0
 start=$(date +%s)

@@ -163,9 +163,9 @@ func TestDeployDryRun(t *testing.T) {
 		if t.Failed() {
 			status = "FAIL"
 		}
-		recordScenario("DeployDryRun", "fdb-etcd", status, time.Since(start))
+		recordScenario("DeployDryRun", storeEmbedded, status, time.Since(start))
 	})
-	c := startStack(t, "fdb-etcd")
+	c := startStack(t, storeEmbedded)
 
 	groups, err := restmapper.GetAPIGroupResources(c.client.Discovery())
 	if err != nil {

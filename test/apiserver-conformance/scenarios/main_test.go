@@ -18,7 +18,7 @@ import (
 
 var (
 	flagReport    = flag.String("report", os.Getenv("CONFORMANCE_SCENARIO_REPORT"), "write the scenario results and latencies (markdown) to this file")
-	flagReference = flag.String("reference", envOr("CONFORMANCE_REFERENCE", "freshness"), "scenarios also run on kube-apiserver over embedded etcd: none, freshness (those marked reference) or all")
+	flagReference = flag.String("reference", envOr("CONFORMANCE_REFERENCE", "subset"), "scenarios also run on kube-apiserver over embedded etcd: none, subset (those marked reference) or all")
 	flagKeep      = flag.Bool("keep", os.Getenv("CONFORMANCE_KEEP") != "", "keep the cluster directories (logs, certs) even when everything passed")
 )
 
@@ -30,9 +30,8 @@ func envOr(k, d string) string {
 }
 
 var (
-	resMu    sync.Mutex
-	resOrder []string
-	res      = map[string]map[string]string{}
+	resMu sync.Mutex
+	res   = map[string]map[string]string{}
 )
 
 func recordScenario(name, be, status string, d time.Duration) {
@@ -40,7 +39,6 @@ func recordScenario(name, be, status string, d time.Duration) {
 	defer resMu.Unlock()
 	if res[name] == nil {
 		res[name] = map[string]string{}
-		resOrder = append(resOrder, name)
 	}
 	res[name][be] = fmt.Sprintf("%s (%.0fs)", status, d.Seconds())
 }
@@ -83,9 +81,15 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	fmt.Printf("scenarios: %s from %s\n", kubeVersion, kubeBinDir)
+	stopFDB, err := startFDB()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scenarios:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	stopFDB(code != 0 || *flagKeep)
 	fdbetcd.Cleanup()
-	if len(resOrder) > 0 {
+	if len(res) > 0 || freshnessReport() != "" {
 		rep := report()
 		fmt.Print("\n" + rep)
 		if *flagReport != "" {
@@ -96,48 +100,102 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// startFDB starts the run's FoundationDB cluster when the FoundationDB half
+// runs (fdbetcd.FDBWanted); the returned function stops it, keeping its
+// files when asked to.
+func startFDB() (func(keep bool), error) {
+	ok, why, err := fdbetcd.FDBWanted()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		fmt.Printf("scenarios: not running fdb-etcd on FoundationDB: %s\n", why)
+		return func(bool) {}, nil
+	}
+	root, err := os.MkdirTemp("", "conformance-fdb-")
+	if err != nil {
+		return nil, err
+	}
+	fdbCluster, err = fdbetcd.StartFDB(root, fdbetcd.FDBOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("starting FoundationDB: %w", err)
+	}
+	fmt.Printf("scenarios: FoundationDB cluster %s\n", fdbCluster.ClusterFile)
+	return func(keep bool) {
+		fdbCluster.Stop()
+		if keep {
+			fmt.Printf("scenarios: FoundationDB files kept in %s\n", root)
+			return
+		}
+		os.RemoveAll(root)
+	}, nil
+}
+
+// stores are the stores of the run, in report order: fdb-etcd on its
+// embedded store, three fdb-etcd replicas on FoundationDB when it runs, and
+// the reference.
+func stores() []string {
+	if fdbCluster == nil {
+		return []string{storeEmbedded, storeEtcd}
+	}
+	return []string{storeEmbedded, storeFDB, storeEtcd}
+}
+
+var storeTitles = map[string]string{
+	storeEmbedded: "fdb-etcd (embedded)",
+	storeFDB:      fmt.Sprintf("fdb-etcd (FoundationDB, %d replicas)", fdbReplicas),
+	storeEtcd:     "etcd (reference)",
+}
+
 func report() string {
 	resMu.Lock()
 	defer resMu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "## kube-apiserver scenarios (%s)\n\n| scenario | fdb-etcd | etcd (reference) |\n|---|---|---|\n", kubeVersion)
-	for _, n := range resOrder {
-		cell := func(be string) string {
-			if s, ok := res[n][be]; ok {
-				return s
-			}
-			return "not run"
+	if len(res) > 0 {
+		fmt.Fprintf(&b, "## kube-apiserver scenarios (%s)\n\n| scenario |", kubeVersion)
+		for _, be := range stores() {
+			fmt.Fprintf(&b, " %s |", storeTitles[be])
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", n, cell("fdb-etcd"), cell("etcd"))
-	}
-	latMu.Lock()
-	defer latMu.Unlock()
-	if len(latencies) > 0 {
-		fmt.Fprintf(&b, "\nQuiet-resource consistent LIST latency (%d LISTs of limitranges, one per %v, while ConfigMaps take ~50 writes/s):\n\n| store | p50 | p90 | p99 | max | fallbacks | quiet for |\n|---|---|---|---|---|---|---|\n", quietLists, quietListPacing)
-		for _, be := range []string{"fdb-etcd", "etcd"} {
-			if l, ok := latencies[be]; ok {
-				fmt.Fprintf(&b, "| %s | %v | %v | %v | %v | %v | %v |\n", be, l.p50.Round(10*time.Microsecond), l.p90.Round(10*time.Microsecond), l.p99.Round(10*time.Microsecond), l.max.Round(10*time.Microsecond), l.fallbacks, l.quietFor.Round(time.Second))
+		b.WriteString("\n|---|" + strings.Repeat("---|", len(stores())) + "\n")
+		// Stores run side by side, so the order results came in says
+		// little: the table follows the scenario list.
+		order := []string{"DeployDryRun"}
+		for _, sc := range scenarios() {
+			order = append(order, sc.name)
+		}
+		for _, n := range order {
+			if res[n] != nil {
+				b.WriteString(scenarioRow(n))
 			}
 		}
 	}
+	b.WriteString(freshnessReport())
 	return b.String()
 }
 
-// startStack starts be's store ("fdb-etcd" or "etcd") and a kube-apiserver
-// on it in a fresh directory; both stop when t ends, and the directory goes
-// too unless t failed or -keep is set.
+// scenarioRow is one scenario's row of the report. The caller holds resMu.
+func scenarioRow(n string) string {
+	row := "| " + n + " |"
+	for _, be := range stores() {
+		cell := "not run"
+		if s, ok := res[n][be]; ok {
+			cell = s
+		}
+		row += " " + cell + " |"
+	}
+	return row + "\n"
+}
+
+// startStack starts the store named be (storeEmbedded, storeFDB or
+// storeEtcd) and a kube-apiserver on it in a fresh directory; both stop when
+// t ends, and the directory goes too unless t failed or -keep is set.
 func startStack(t *testing.T, be string) *cluster {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "conformance-"+be+"-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st *store
-	if be == "fdb-etcd" {
-		st, err = startFDBEtcd(dir)
-	} else {
-		st, err = startEmbeddedEtcd(dir)
-	}
+	st, err := startStore(dir, be)
 	if err != nil {
 		t.Fatalf("starting %s: %v", be, err)
 	}
@@ -164,7 +222,6 @@ func startStack(t *testing.T, be string) *cluster {
 
 func runScenarios(t *testing.T, be string, all bool) {
 	c := startStack(t, be)
-	c.quietSince = quietSetup(t, c)
 	for _, sc := range scenarios() {
 		sc := sc
 		if !all && !sc.reference {
@@ -187,18 +244,26 @@ func runScenarios(t *testing.T, be string, all bool) {
 	}
 }
 
-// TestScenarios runs every scenario against kube-apiserver on fdb-etcd and
-// the reference subset against kube-apiserver on an embedded etcd.
+// TestScenarios runs every scenario against kube-apiserver on fdb-etcd (on
+// its embedded store and on FoundationDB when it runs) and the reference
+// subset against kube-apiserver on an embedded etcd. The stores' runs go
+// side by side: each spends most of its time waiting for the apiserver's
+// consistency checker, which first runs minutes after the apiserver starts.
 func TestScenarios(t *testing.T) {
 	if _, err := fdbetcd.Binary(); err != nil {
 		t.Fatal(err)
 	}
-	t.Run("fdb-etcd", func(t *testing.T) { runScenarios(t, "fdb-etcd", true) })
-	switch *flagReference {
-	case "none":
-	case "all":
-		t.Run("etcd", func(t *testing.T) { runScenarios(t, "etcd", true) })
-	default:
-		t.Run("etcd", func(t *testing.T) { runScenarios(t, "etcd", false) })
+	for _, be := range stores() {
+		all := true
+		if be == storeEtcd {
+			if *flagReference == "none" {
+				continue
+			}
+			all = *flagReference == "all"
+		}
+		t.Run(be, func(t *testing.T) {
+			t.Parallel()
+			runScenarios(t, be, all)
+		})
 	}
 }

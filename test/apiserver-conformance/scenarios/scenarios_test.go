@@ -3,7 +3,6 @@ package scenarios
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,7 +44,6 @@ func scenarios() []scenario {
 		{name: "WatchResume", run: scenarioWatchResume},
 		{name: "WatchBookmarks", reference: true, run: scenarioBookmarks},
 		{name: "WatchList", reference: true, run: scenarioWatchList},
-		{name: "QuietResourceFreshness", reference: true, run: scenarioQuietFreshness},
 		{name: "Expiry", run: func(t *testing.T, c *cluster) {
 			t.Run("Gone410AfterCompaction", func(t *testing.T) { t.Parallel(); scenarioGone(t, c) })
 			t.Run("EventsExpireViaLeases", func(t *testing.T) { t.Parallel(); scenarioEvents(t, c) })
@@ -710,102 +708,6 @@ func scenarioWatchList(t *testing.T, c *cluster) {
 	}
 }
 
-// --- quiet-resource freshness ----------------------------------------------
-
-// quietSetup creates the quiet resource's objects right after the apiserver
-// starts, so that by the freshness scenario it has had no writes for minutes.
-func quietSetup(t *testing.T, c *cluster) time.Time {
-	const ns = "quiet"
-	ensureNamespace(t, c, ns)
-	ctx := ctxT(t, time.Minute)
-	for i := 0; i < 20; i++ {
-		_, err := c.client.CoreV1().LimitRanges(ns).Create(ctx, &corev1.LimitRange{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("lr", i)},
-			Spec:       corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{Type: corev1.LimitTypeContainer}}},
-		}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("create limitrange: %v", err)
-		}
-	}
-	return time.Now()
-}
-
-// Latency of one backend's quiet-resource consistent LISTs, for the report.
-type latency struct {
-	n                  int
-	p50, p90, p99, max time.Duration
-	fallbacks          float64
-	writes             int64
-	quietFor           time.Duration
-}
-
-var (
-	latMu     sync.Mutex
-	latencies = map[string]latency{}
-)
-
-const (
-	quietLists      = 300
-	quietListPacing = 150 * time.Millisecond
-	quietMinQuiet   = 60 * time.Second
-	quietP99Limit   = 50 * time.Millisecond
-)
-
-func scenarioQuietFreshness(t *testing.T, c *cluster) {
-	const ns = "quiet"
-	quietSince := c.quietSince
-	if d := time.Until(quietSince.Add(quietMinQuiet)); d > 0 {
-		t.Logf("waiting %v so that limitranges have been quiet for %v", d.Round(time.Second), quietMinQuiet)
-		time.Sleep(d)
-	}
-	ensureNamespace(t, c, "churn")
-	ctx := ctxT(t, 5*time.Minute)
-	before, err := c.metrics(ctx)
-	must(t, err, "metrics")
-	stop := startWriter(t, c, "churn", 20*time.Millisecond) // ~50 writes/s on ConfigMaps
-	time.Sleep(2 * time.Second)
-	durs := make([]time.Duration, 0, quietLists)
-	for i := 0; i < quietLists; i++ {
-		st := time.Now()
-		l, err := c.client.CoreV1().LimitRanges(ns).List(ctx, metav1.ListOptions{}) // RV="": consistent
-		d := time.Since(st)
-		must(t, err, "consistent list %d", i)
-		if len(l.Items) != 20 {
-			t.Fatalf("consistent list %d: %d items, want 20", i, len(l.Items))
-		}
-		durs = append(durs, d)
-		time.Sleep(quietListPacing)
-	}
-	writes := stop()
-	after, err := c.metrics(ctx)
-	must(t, err, "metrics")
-	sort.Slice(durs, func(i, j int) bool { return durs[i] < durs[j] })
-	q := func(p float64) time.Duration { return durs[int(p*float64(len(durs)-1))] }
-	fb := metricSum(after, "apiserver_watch_cache_consistent_read_total", `fallback="true"`) -
-		metricSum(before, "apiserver_watch_cache_consistent_read_total", `fallback="true"`)
-	served := metricSum(after, "apiserver_watch_cache_consistent_read_total", `fallback="false"`, `resource="limitranges"`) -
-		metricSum(before, "apiserver_watch_cache_consistent_read_total", `fallback="false"`, `resource="limitranges"`)
-	l := latency{n: len(durs), p50: q(0.5), p90: q(0.9), p99: q(0.99), max: durs[len(durs)-1], fallbacks: fb, writes: writes, quietFor: time.Since(quietSince)}
-	latMu.Lock()
-	latencies[c.store.name] = l
-	latMu.Unlock()
-	t.Logf("%s: %d consistent LISTs of limitranges (quiet for %v) during %d ConfigMap writes: p50 %v p90 %v p99 %v max %v; consistent reads served from cache %v; fallbacks %v",
-		c.store.name, l.n, l.quietFor.Round(time.Second), writes, l.p50, l.p90, l.p99, l.max, served, fb)
-	check := t.Errorf
-	if c.store.name != "fdb-etcd" {
-		check = t.Logf // the reference is measured, not judged
-	}
-	if fb != 0 {
-		check("apiserver_watch_cache_consistent_read_total{fallback=\"true\"} rose by %v", fb)
-	}
-	if served < float64(quietLists) {
-		check("only %v of %d consistent LISTs were served from the watch cache", served, quietLists)
-	}
-	if l.p99 >= quietP99Limit {
-		check("p99 %v, want < %v", l.p99, quietP99Limit)
-	}
-}
-
 // --- 410 Gone after compaction; Events expiring via leases -----------------
 
 func scenarioGone(t *testing.T, c *cluster) {
@@ -1087,7 +989,7 @@ func scenarioConsistencyChecker(t *testing.T, c *cluster) {
 		var err error
 		m, err = c.metrics(ctx)
 		must(t, err, "metrics")
-		if c.store.name != "fdb-etcd" || metricSum(m, "apiserver_storage_consistency_checks_total", `resource="configmaps"`) > 0 || time.Now().After(deadline) {
+		if c.store.reference || metricSum(m, "apiserver_storage_consistency_checks_total", `resource="configmaps"`) > 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(5 * time.Second)
@@ -1100,7 +1002,7 @@ func scenarioConsistencyChecker(t *testing.T, c *cluster) {
 	if fail != 0 {
 		t.Errorf("%v watch-cache consistency checks failed", fail)
 	}
-	if c.store.name == "fdb-etcd" && cm == 0 {
+	if !c.store.reference && cm == 0 {
 		t.Errorf("the consistency checker never passed for configmaps within %v of the apiserver's start", consistencyCheckWait)
 	}
 }

@@ -83,13 +83,26 @@ var (
 		srv := fdbetcd.StartT(t, fdbetcd.Options{ProgressNotifyInterval: o.progressNotifyInterval})
 		return newRecordedClient(t, srv.URL)
 	}}
-	backends = []backend{backendEtcd, backendFDBEtcd}
+	// backendFDB is three fdb-etcd replicas in a fresh keyspace of the run's
+	// FoundationDB cluster, the client balancing over all three.
+	backendFDB = backend{name: "fdb-etcd-fdb", client: func(t testing.TB, o serverOptions) *kubernetes.Client {
+		r := fdbetcd.StartReplicasT(t, fdbCluster, fdbReplicas, fdbetcd.Options{ProgressNotifyInterval: o.progressNotifyInterval})
+		return newRecordedClient(t, r.URLs()...)
+	}}
+	backends = []backend{backendEtcd, backendFDBEtcd, backendFDB}
 )
 
+// fdbReplicas is how many fdb-etcd replicas share a keyspace on FoundationDB.
+const fdbReplicas = 3
+
+// fdbCluster is the FoundationDB cluster of the run (TestMain), nil when
+// the FoundationDB half does not run.
+var fdbCluster *fdbetcd.FDB
+
 // newRecordedClient mirrors testserver.RunEtcd's client construction.
-func newRecordedClient(t testing.TB, endpoint string) *kubernetes.Client {
+func newRecordedClient(t testing.TB, endpoints ...string) *kubernetes.Client {
 	client, err := kubernetes.New(clientv3.Config{
-		Endpoints:   []string{endpoint},
+		Endpoints:   endpoints,
 		DialTimeout: 10 * time.Second,
 		Logger:      zap.NewNop(),
 	})

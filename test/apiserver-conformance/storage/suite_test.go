@@ -28,7 +28,7 @@ var (
 	caseOrder []string
 
 	flagTable    = flag.String("table", "", "write the fdb-etcd vs etcd pass/fail table (markdown) to this file")
-	flagBackends = flag.String("backends", envOr("CONFORMANCE_BACKENDS", "etcd,fdb-etcd"), "comma-separated backends to run: etcd (reference), fdb-etcd")
+	flagBackends = flag.String("backends", envOr("CONFORMANCE_BACKENDS", "etcd,fdb-etcd,fdb-etcd-fdb"), "comma-separated backends to run: etcd (reference), fdb-etcd (embedded store), fdb-etcd-fdb (three replicas on FoundationDB, when it is found: see fdbetcd.EnvFDB)")
 )
 
 func envOr(k, d string) string {
@@ -51,7 +51,13 @@ func record(name, be string, r result) {
 func TestMain(m *testing.M) {
 	flag.Parse()
 	klog.SetLogger(logr.Discard())
+	stopFDB, err := startFDB()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "storage:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	stopFDB(code != 0)
 	fdbetcd.Cleanup()
 	if len(caseOrder) > 0 {
 		table := renderTable()
@@ -70,33 +76,76 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// startFDB starts the run's FoundationDB cluster when the FoundationDB half
+// runs and the fdb-etcd-fdb backend is selected; the returned function stops
+// it, keeping its files when the run failed.
+func startFDB() (func(failed bool), error) {
+	ok, why, err := fdbetcd.FDBWanted()
+	if err != nil {
+		return nil, err
+	}
+	if !ok || !wantBackend(backendFDB.name) {
+		if wantBackend(backendFDB.name) {
+			fmt.Printf("storage: not running fdb-etcd on FoundationDB: %s\n", why)
+		}
+		return func(bool) {}, nil
+	}
+	root, err := os.MkdirTemp("", "conformance-fdb-")
+	if err != nil {
+		return nil, err
+	}
+	fdbCluster, err = fdbetcd.StartFDB(root, fdbetcd.FDBOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("starting FoundationDB: %w", err)
+	}
+	fmt.Printf("storage: FoundationDB cluster %s\n", fdbCluster.ClusterFile)
+	return func(failed bool) {
+		fdbCluster.Stop()
+		if failed {
+			fmt.Printf("storage: FoundationDB files kept in %s\n", root)
+			return
+		}
+		os.RemoveAll(root)
+	}, nil
+}
+
 func renderTable() string {
 	resultsMu.Lock()
 	defer resultsMu.Unlock()
 	var b strings.Builder
 	b.WriteString("## k8s.io/apiserver storage suite: fdb-etcd vs etcd (reference)\n\n")
-	b.WriteString("| test | etcd | fdb-etcd |\n|---|---|---|\n")
-	counts := map[string]map[string]int{"etcd": {}, "fdb-etcd": {}}
+	b.WriteString("fdb-etcd: the embedded store; fdb-etcd-fdb: three replicas on FoundationDB, the client balancing over them.\n\n")
+	b.WriteString("| test | etcd | fdb-etcd | fdb-etcd-fdb |\n|---|---|---|---|\n")
+	names := []string{"etcd", "fdb-etcd", "fdb-etcd-fdb"}
+	counts := map[string]map[string]int{}
+	for _, be := range names {
+		counts[be] = map[string]int{}
+	}
 	var regressions []string
-	names := append([]string(nil), caseOrder...)
-	for _, n := range names {
+	for _, n := range caseOrder {
 		r := results[n]
-		cell := func(be string) string {
+		cells := make([]string, len(names))
+		for i, be := range names {
 			x, ok := r[be]
 			if !ok {
-				return "not run"
+				cells[i] = "not run"
+				continue
 			}
 			counts[be][x.status]++
-			return fmt.Sprintf("%s (%.1fs)", x.status, x.dur.Seconds())
+			cells[i] = fmt.Sprintf("%s (%.1fs)", x.status, x.dur.Seconds())
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", n, cell("etcd"), cell("fdb-etcd"))
-		if r["etcd"].status == "PASS" && r["fdb-etcd"].status == "FAIL" {
-			regressions = append(regressions, n)
+		fmt.Fprintf(&b, "| %s | %s |\n", n, strings.Join(cells, " | "))
+		for _, be := range names[1:] {
+			if r["etcd"].status == "PASS" && r[be].status == "FAIL" {
+				regressions = append(regressions, n+" on "+be)
+			}
 		}
 	}
-	fmt.Fprintf(&b, "\netcd: %d passed, %d failed, %d skipped; fdb-etcd: %d passed, %d failed, %d skipped\n",
-		counts["etcd"]["PASS"], counts["etcd"]["FAIL"], counts["etcd"]["SKIP"],
-		counts["fdb-etcd"]["PASS"], counts["fdb-etcd"]["FAIL"], counts["fdb-etcd"]["SKIP"])
+	b.WriteString("\n")
+	for _, be := range names {
+		fmt.Fprintf(&b, "%s: %d passed, %d failed, %d skipped. ", be, counts[be]["PASS"], counts[be]["FAIL"], counts[be]["SKIP"])
+	}
+	b.WriteString("\n")
 	if len(regressions) > 0 {
 		fmt.Fprintf(&b, "passing on etcd but failing on fdb-etcd: %s\n", strings.Join(regressions, ", "))
 	}
@@ -118,6 +167,9 @@ func runSuite(t *testing.T, suite string, cases []testCase) {
 		t.Run(be.name, func(t *testing.T) {
 			if !wantBackend(be.name) {
 				t.Skipf("backend %s not selected (-backends / CONFORMANCE_BACKENDS)", be.name)
+			}
+			if be.name == backendFDB.name && fdbCluster == nil {
+				t.Skip("FoundationDB not found (see fdbetcd.EnvFDB)")
 			}
 			for _, c := range cases {
 				c := c

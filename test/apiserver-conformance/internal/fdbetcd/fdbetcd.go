@@ -67,7 +67,9 @@ func RepoRoot() (string, error) {
 }
 
 // Binary returns the path of an fdb-etcd binary built once per process from
-// the repository's working tree (or $FDB_ETCD_BINARY).
+// the repository's working tree (or $FDB_ETCD_BINARY), with the fdb build
+// tag when the FoundationDB half runs (FDBWanted): cgo then links libfdb_c
+// as CGO_CFLAGS and CGO_LDFLAGS say (make fdb-env).
 func Binary() (string, error) {
 	buildOnce.Do(func() {
 		if b := os.Getenv(EnvBinary); b != "" {
@@ -94,16 +96,29 @@ func Binary() (string, error) {
 		if err != nil {
 			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 		}
+		build := []string{"build", "-o", out}
+		withFDB, _, err := FDBWanted()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		if withFDB {
+			build = append(build, "-tags", "fdb")
+		}
+		build = append(build, "./cmd/fdb-etcd")
 		start := time.Now()
 		// Two tries: a build racing with another go command trimming the
 		// shared build cache can fail spuriously ("could not import ...").
 		for try := 0; try < 2; try++ {
-			cmd := exec.Command(goBin, "build", "-o", out, "./cmd/fdb-etcd")
+			cmd := exec.Command(goBin, build...)
 			cmd.Dir = root
+			if withFDB {
+				cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+			}
 			var buf bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &buf, &buf
 			if err := cmd.Run(); err != nil {
-				buildErr = fmt.Errorf("(cd %s && go build -o %s ./cmd/fdb-etcd): %v\n%s", root, out, err, buf.String())
+				buildErr = fmt.Errorf("(cd %s && go %s): %v\n%s", root, strings.Join(build, " "), err, buf.String())
 				time.Sleep(2 * time.Second)
 				continue
 			}
@@ -152,6 +167,11 @@ type Options struct {
 	LogPath string
 	// Port to listen on (0: a free one); set it to restart a server in place.
 	Port int
+	// Name is --name (default "conformance").
+	Name string
+	// FDBClusterFile runs the server on FoundationDB (--backend=fdb) in the
+	// keyspace FDBPrefix.
+	FDBClusterFile, FDBPrefix string
 }
 
 // Server is a running fdb-etcd process.
@@ -218,8 +238,12 @@ func start(bin string, o Options) (*Server, error) {
 		logPath = dataDir + ".log"
 	}
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	name := o.Name
+	if name == "" {
+		name = "conformance"
+	}
 	args := []string{
-		"--name", "conformance",
+		"--name", name,
 		"--data-dir", dataDir,
 		"--listen-client-urls", url,
 		"--advertise-client-urls", url,
@@ -228,6 +252,9 @@ func start(bin string, o Options) (*Server, error) {
 	}
 	if o.ProgressNotifyInterval > 0 {
 		args = append(args, "--experimental-watch-progress-notify-interval", o.ProgressNotifyInterval.String())
+	}
+	if o.FDBClusterFile != "" {
+		args = append(args, "--backend=fdb", "--fdb-cluster-file="+o.FDBClusterFile, "--fdb-prefix="+o.FDBPrefix)
 	}
 	extra := strings.Fields(os.Getenv(EnvArgs))
 	args = append(args, extra...)
