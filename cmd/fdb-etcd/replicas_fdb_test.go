@@ -49,6 +49,12 @@ func buildFDBBinary(t *testing.T) string {
 
 func startReplica(t *testing.T, bin, name, clusterFile, prefix string) *replica {
 	t.Helper()
+	return startReplicaWith(t, bin, name, clusterFile, prefix)
+}
+
+// startReplicaWith starts a replica with extra flags.
+func startReplicaWith(t *testing.T, bin, name, clusterFile, prefix string, extra ...string) *replica {
+	t.Helper()
 	addr := freePort(t)
 	log := filepath.Join(t.TempDir(), name+".log")
 	f, err := os.Create(log)
@@ -56,9 +62,9 @@ func startReplica(t *testing.T, bin, name, clusterFile, prefix string) *replica 
 		t.Fatal(err)
 	}
 	defer f.Close()
-	cmd := exec.Command(bin, "--name", name, "--data-dir", t.TempDir(),
-		"--listen-client-urls", "http://"+addr, "--advertise-client-urls", "http://"+addr,
-		"--backend", "fdb", "--fdb-cluster-file", clusterFile, "--fdb-prefix", prefix)
+	cmd := exec.Command(bin, append([]string{"--name", name, "--data-dir", t.TempDir(),
+		"--listen-client-urls", "http://" + addr, "--advertise-client-urls", "http://" + addr,
+		"--backend", "fdb", "--fdb-cluster-file", clusterFile, "--fdb-prefix", prefix}, extra...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
