@@ -37,7 +37,7 @@ func TestAutoCompactionOneReplica(t *testing.T) {
 	prefix := fdbtest.NewPrefix(t)
 	bin := buildFDBBinary(t)
 	flags := []string{"--auto-compaction-mode=periodic", "--auto-compaction-retention=2s"}
-	a := startReplicaWith(t, bin, "a", cf, prefix, flags...)
+	a := startReplica(t, bin, "a", cf, prefix, flags...)
 	deadline := time.Now().Add(15 * time.Second)
 	for !a.leaseOwner(t) {
 		if time.Now().After(deadline) {
@@ -45,8 +45,8 @@ func TestAutoCompactionOneReplica(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	b := startReplicaWith(t, bin, "b", cf, prefix, flags...)
-	c := startReplicaWith(t, bin, "c", cf, prefix, flags...)
+	b := startReplica(t, bin, "b", cf, prefix, flags...)
+	c := startReplica(t, bin, "c", cf, prefix, flags...)
 	write := func(d time.Duration, via ...*replica) {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()

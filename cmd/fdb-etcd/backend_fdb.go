@@ -11,8 +11,9 @@ import (
 // --fdb-cluster-file (see package storage/fdb for the key layout).
 func openFDB(c *etcdConfig) (storage.DB, error) {
 	return fdb.Open(fdb.Options{
-		ClusterFile: c.FDBClusterFile,
-		Prefix:      c.FDBPrefix,
-		APIVersion:  c.FDBAPIVersion,
+		ClusterFile:   c.FDBClusterFile,
+		Prefix:        c.FDBPrefix,
+		APIVersion:    c.FDBAPIVersion,
+		ClientBuggify: c.FDBBuggify,
 	})
 }

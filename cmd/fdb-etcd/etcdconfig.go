@@ -6,6 +6,8 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fdb-etcd/fdb-etcd/storage/fdb"
 )
 
 // etcdConfig is the configuration etcd 3.6's command line, ETCD_*
@@ -157,6 +159,9 @@ type fdbEtcdConfig struct {
 	FDBAPIVersion    int           `json:"fdb-api-version"`
 	FDBForwardWrites bool          `json:"fdb-forward-writes"`
 	ShutdownTimeout  time.Duration `json:"shutdown-timeout"`
+	// FDBBuggify is FoundationDB's client fault injection, a testing aid
+	// given only as flags.
+	FDBBuggify fdb.ClientBuggify `json:"-"`
 }
 
 // securityConfig is one of etcd's client-transport-security and

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 )
 
 // etcdMainFlags are the flags etcd's main package adds to embed's:
@@ -99,4 +100,25 @@ func registerFDBEtcdFlags(fs *flag.FlagSet, c *etcdConfig) {
 	fs.IntVar(&f.FDBAPIVersion, "fdb-api-version", f.FDBAPIVersion, "FoundationDB client API version (backend fdb)")
 	fs.BoolVar(&f.FDBForwardWrites, "fdb-forward-writes", f.FDBForwardWrites, "send writes to the one replica that currently owns revision allocation, so replicas sharing a keyspace do not conflict on it (backend fdb); peers dial each other's first --advertise-client-urls")
 	fs.DurationVar(&f.ShutdownTimeout, "shutdown-timeout", f.ShutdownTimeout, "how long SIGTERM waits for in-flight requests before closing them")
+	fs.BoolVar(&f.FDBBuggify.Enable, "fdb-client-buggify", false, "TESTING AID, never in production: turn on FoundationDB's client-side fault injection (client_buggify_enable): the client library fails requests at random with retryable errors and commit_unknown_result, and delays them (backend fdb)")
+	fs.IntVar(&f.FDBBuggify.SectionActivatedPercent, "fdb-client-buggify-section-activated-probability", 0, "with --fdb-client-buggify: percent chance that each fault-injection section is active in this process (0: FoundationDB's default)")
+	fs.IntVar(&f.FDBBuggify.SectionFiredPercent, "fdb-client-buggify-section-fired-probability", 0, "with --fdb-client-buggify: percent chance that an active section fires each time it is reached (0: FoundationDB's default)")
+}
+
+// checkBuggify refuses client fault-injection settings that would be
+// ignored or that FoundationDB would refuse.
+func checkBuggify(c *fdbEtcdConfig) error {
+	b := c.FDBBuggify
+	if !b.Enable && (b.SectionActivatedPercent != 0 || b.SectionFiredPercent != 0) {
+		return fmt.Errorf("--fdb-client-buggify-section-*-probability needs --fdb-client-buggify")
+	}
+	if b.Enable && c.Backend != "fdb" {
+		return fmt.Errorf("--fdb-client-buggify needs --backend=fdb")
+	}
+	for _, p := range []int{b.SectionActivatedPercent, b.SectionFiredPercent} {
+		if p < 0 || p > 100 {
+			return fmt.Errorf("--fdb-client-buggify-section-*-probability: %d is not a percentage", p)
+		}
+	}
+	return nil
 }

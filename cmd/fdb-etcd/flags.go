@@ -88,6 +88,9 @@ func parseCommandLine(args []string, env environ, stdout, stderr io.Writer) (*co
 	if err := ec.applyRenames(); err != nil {
 		return nil, err
 	}
+	if err := checkBuggify(&ec.fdbEtcdConfig); err != nil {
+		return nil, err
+	}
 	c.etcd = ec
 	c.notes = append(c.notes, deprecationNotes(ec)...)
 	c.notApplicable = notApplicable(fs, ec)
