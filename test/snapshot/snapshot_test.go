@@ -62,6 +62,7 @@ func TestMain(m *testing.M) {
 				fmt.Fprintf(os.Stderr, "snapshot: SNAPSHOT_BACKEND=fdb needs FDB_CLUSTER_FILE naming a cluster file: %v\n", err)
 				return 2
 			}
+			fmt.Fprintf(os.Stderr, "snapshot: fdb-etcd runs on FoundationDB, cluster file %s\n", fdbCluster)
 		}
 		fdbBinary, fdbBuildErr = buildFDBEtcd(tmp)
 		return m.Run()
