@@ -137,6 +137,22 @@ func TestRunCustomEtcd(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the framework's stop did not return in 20s")
 	}
+	checkFDBKeyspaces(t)
+}
+
+// checkFDBKeyspaces makes sure, with DROPIN_BACKEND=fdb, that the etcds
+// kept their data in FoundationDB: some key lies under the tuple-encoded
+// prefix "dropin/" the script gives them.
+func checkFDBKeyspaces(t *testing.T) {
+	t.Helper()
+	if os.Getenv("DROPIN_BACKEND") != "fdb" {
+		return
+	}
+	out, err := exec.Command("fdbcli", "-C", os.Getenv("FDB_CLUSTER_FILE"), "--exec",
+		`getrange "\x02dropin/" "\x02dropin0" 1`).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "`\\x02dropin/") {
+		t.Fatalf("no fdb-etcd keyspace under dropin/ in FoundationDB: %v\n%s", err, out)
+	}
 }
 
 var resultLine = regexp.MustCompile(`^\s*--- (PASS|FAIL|SKIP): (\S+) \(([\d.]+)s\)`)
@@ -156,6 +172,7 @@ func TestKubernetesIntegration(t *testing.T) {
 			}
 		})
 	}
+	checkFDBKeyspaces(t)
 	if *flagReport != "" {
 		report := "| package | test | result | seconds |\n|---|---|---|---|\n" + strings.Join(table, "\n") + "\n"
 		if err := os.MkdirAll(filepath.Dir(*flagReport), 0o755); err != nil {
