@@ -85,45 +85,12 @@ func serve(cfg *config) error {
 	}
 	defer closeLog()
 	defer func() { _ = lg.Sync() }()
-	sc, notes, err := ec.serverConfig()
-	logNotes(lg, append(cfg.notes, notes...))
-	if len(cfg.notApplicable) > 0 {
-		lg.Warn("flags accepted for etcd compatibility have no effect here (no raft, no peers, no bbolt)",
-			zap.Strings("flags", cfg.notApplicable))
-	}
+	sc, err := serverConfig(cfg, lg)
 	if err != nil {
 		return err
 	}
-	if err := autoTLS(ec, &sc.TLS, lg); err != nil {
-		return err
-	}
-	sc.Logger = lg
-	sc.BuildVersion = buildVersion()
-	if b := ec.FDBBuggify; b.Enable {
-		lg.Warn("TESTING AID: FoundationDB client buggify is on; the client library injects faults into every transaction",
-			zap.Int("section-activated-percent", b.SectionActivatedPercent), zap.Int("section-fired-percent", b.SectionFiredPercent))
-	}
-	backend, err := openBackend(ec)
+	srv, err := startServer(cfg, sc, lg)
 	if err != nil {
-		return err
-	}
-	db, err := cfg.test.wrap(backend, lg) // test-only hooks, off by default
-	if err != nil {
-		return err
-	}
-	srv, err := server.New(sc, db)
-	if err != nil {
-		_ = db.Close()
-		return err
-	}
-	// The backend's own client measurements (FoundationDB's retries by
-	// error code, commit and read-version latency, recoveries seen) go to
-	// the server's metrics. The backend, not db: test hooks may wrap it.
-	if o, ok := backend.(interface{ SetObserver(fdb.Observer) }); ok {
-		o.SetObserver(srv.Metrics())
-	}
-	if err := srv.Serve(); err != nil {
-		srv.Stop()
 		return err
 	}
 	lg.Info("fdb-etcd started", zap.String("name", sc.Name), zap.String("backend", ec.Backend),
@@ -138,6 +105,59 @@ func serve(cfg *config) error {
 	srv.Stop()
 	lg.Info("stopped")
 	return nil
+}
+
+// serverConfig logs what parsing noted (once, with the configured logger),
+// then builds the server's configuration, with --auto-tls's certificate.
+func serverConfig(cfg *config, lg *zap.Logger) (server.Config, error) {
+	ec := cfg.etcd
+	sc, notes, err := ec.serverConfig()
+	logNotes(lg, append(cfg.notes, notes...))
+	if len(cfg.notApplicable) > 0 {
+		lg.Warn("flags accepted for etcd compatibility have no effect here (no raft, no peers, no bbolt)",
+			zap.Strings("flags", cfg.notApplicable))
+	}
+	if err != nil {
+		return sc, err
+	}
+	if err := autoTLS(ec, &sc.TLS, lg); err != nil {
+		return sc, err
+	}
+	sc.Logger = lg
+	sc.BuildVersion = buildVersion()
+	if b := ec.FDBBuggify; b.Enable {
+		lg.Warn("TESTING AID: FoundationDB client buggify is on; the client library injects faults into every transaction",
+			zap.Int("section-activated-percent", b.SectionActivatedPercent), zap.Int("section-fired-percent", b.SectionFiredPercent))
+	}
+	return sc, nil
+}
+
+// startServer opens the store and serves it.
+func startServer(cfg *config, sc server.Config, lg *zap.Logger) (*server.Server, error) {
+	backend, err := openBackend(cfg.etcd)
+	if err != nil {
+		return nil, err
+	}
+	db, err := cfg.test.wrap(backend, lg) // test-only hooks, off by default
+	if err != nil {
+		return nil, err
+	}
+	srv, err := server.New(sc, db)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	// The backend's own client measurements (FoundationDB's retries by
+	// error code, commit and read-version latency, recoveries seen) go to
+	// the server's metrics. The backend, not db: test hooks may wrap it.
+	if o, ok := backend.(interface{ SetObserver(fdb.Observer) }); ok {
+		o.SetObserver(srv.Metrics())
+	}
+	if err := srv.Serve(); err != nil {
+		srv.Stop()
+		return nil, err
+	}
+	return srv, nil
 }
 
 // logNotes writes what parsing had to say, now that the logger exists.
