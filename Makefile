@@ -100,6 +100,7 @@ test-fdb:
 	CGO_ENABLED=1 $(GO) vet -tags fdb $(FDB_PKGS)
 	CGO_ENABLED=1 FDB_TESTS_REQUIRED=1 FDB_ETCD_TEST_BACKEND=fdb $(GO) test -tags fdb -race -count=1 $(FDB_PKGS)
 	$(GO) run ./internal/fdbserver/withfdb sh -c 'cd test/etcdcompat && ETCDCOMPAT_BACKEND=fdb $(GO) test -count=1 ./...'
+	$(GO) run ./internal/fdbserver/withfdb sh -c 'cd test/snapshot && SNAPSHOT_BACKEND=fdb $(GO) test -count=1 ./...'
 
 # fdb-clients installs the official FoundationDB client package (libfdb_c,
 # its headers and fdbcli) on a Debian/Ubuntu machine, as root; the Dockerfile
@@ -163,6 +164,15 @@ CONFORMANCE_FDB ?= $(if $(FDB_MISSING),0,1)
 conformance:
 	@if [ "$(CONFORMANCE_FDB)" = 0 ]; then echo "conformance: fdb-etcd on FoundationDB not run: $(if $(FDB_MISSING),$(FDB_MISSING),CONFORMANCE_FDB=0)"; fi
 	cd test/apiserver-conformance && CONFORMANCE_FDB=$(CONFORMANCE_FDB) ./hack/run.sh
+
+# conformance-dropin installs fdb-etcd as `etcd` on PATH and runs Kubernetes'
+# own integration tests (test/integration/apiserver and apimachinery of the
+# pinned release, through their unchanged framework) with it; own module
+# under test/apiserver-conformance/dropin. The first run compiles them
+# (~20 min on 2 cores). DROPIN_BACKEND=fdb runs them on FoundationDB.
+.PHONY: conformance-dropin
+conformance-dropin:
+	$(if $(filter fdb,$(DROPIN_BACKEND)),$(GO) run ./internal/fdbserver/withfdb) sh -c 'cd test/apiserver-conformance/dropin && $(GO) test -count=1 -timeout 180m -v ./... -args -report $(CURDIR)/test/apiserver-conformance/dropin/results/dropin.md'
 
 # bench and bench-quick: fdb-etcd side by side with etcd and kine.
 include bench/bench.mk

@@ -15,6 +15,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+
 	"github.com/fdb-etcd/fdb-etcd/server/alarm"
 	"github.com/fdb-etcd/fdb-etcd/server/gateway"
 	"github.com/fdb-etcd/fdb-etcd/server/maintenance"
@@ -63,8 +65,8 @@ func newOps(cfg *Config, db storage.DB) (*ops, storage.DB, error) {
 	} else if err := cfg.TLS.Validate(); err != nil {
 		return nil, nil, err
 	}
-	for _, u := range append(append([]url.URL{}, cfg.ListenClientURLs...), cfg.ListenMetricsURLs...) {
-		if u.Scheme == "https" && o.tls == nil {
+	for _, u := range append(append(append([]url.URL{}, cfg.ListenClientURLs...), cfg.ListenClientHTTPURLs...), cfg.ListenMetricsURLs...) {
+		if (u.Scheme == "https" || u.Scheme == "unixs") && o.tls == nil {
 			return nil, nil, fmt.Errorf("listen URL %s is https but no --cert-file/--key-file is given", u.String())
 		}
 	}
@@ -177,18 +179,29 @@ func (s *Server) initMetrics() {
 	})
 }
 
-// listen opens one listen URL: http on plain TCP, https behind TLS.
+// listen opens one listen URL as etcd does (its transport package): http
+// and https on TCP with the socket options, unix and unixs on a socket file
+// named by the URL's host and path (a stale one is removed first); https
+// and unixs behind TLS.
 func (s *Server) listen(u url.URL) (net.Listener, error) {
+	addr, scheme := u.Host, "http"
 	switch u.Scheme {
 	case "http", "https":
+	case "unix", "unixs":
+		addr, scheme = u.Host+u.Path, "unix"
 	default:
-		return nil, fmt.Errorf("listen URL %s: scheme %q is not supported (want http or https)", u.String(), u.Scheme)
+		return nil, fmt.Errorf("listen URL %s: scheme %q is not supported (want http, https, unix or unixs)", u.String(), u.Scheme)
 	}
-	l, err := net.Listen("tcp", u.Host)
+	opts := s.cfg.SocketOpts
+	l, err := transport.NewListenerWithOpts(addr, scheme, transport.WithSocketOpts(&opts))
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", u.Host, err)
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	if u.Scheme == "https" {
+	if u.Scheme == "https" || u.Scheme == "unixs" {
+		if s.ops.tls == nil {
+			_ = l.Close()
+			return nil, fmt.Errorf("listen URL %s needs a certificate (--cert-file, --key-file or --auto-tls)", u.String())
+		}
 		l = tls.NewListener(l, s.ops.tls.ServerConfig())
 	}
 	return l, nil
@@ -266,7 +279,7 @@ func (s *Server) clientHTTPHandler() http.Handler {
 		mux.Handle("/v3/", h)
 		mux.Handle("/v3beta/", h)
 	}
-	return allowCORS(mux)
+	return s.accessControl(mux)
 }
 
 // startGateway starts the JSON gateway once, when the first client
@@ -286,23 +299,6 @@ func (s *Server) startGateway() *gateway.Gateway {
 		s.OnShutdown(g.Close)
 	})
 	return s.ops.gateway
-}
-
-// allowCORS answers as etcd's client port does with its default --cors=*:
-// every response allows any origin, and a preflight OPTIONS request is
-// answered at once.
-func allowCORS(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Add("Access-Control-Allow-Methods", "POST, GET, OPTIONS, PUT, DELETE")
-		h.Add("Access-Control-Allow-Origin", "*")
-		h.Add("Access-Control-Allow-Headers", "accept, content-type, authorization")
-		if r.Method == http.MethodOptions {
-			w.WriteHeader(http.StatusOK)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // clientTLS is the TLS configuration for dialing other replicas; nil when

@@ -22,11 +22,13 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/soheilhy/cmux"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/owner"
+	"github.com/fdb-etcd/fdb-etcd/server/autocompact"
 	"github.com/fdb-etcd/fdb-etcd/server/cluster"
 	"github.com/fdb-etcd/fdb-etcd/server/forward"
 	"github.com/fdb-etcd/fdb-etcd/server/header"
@@ -40,11 +42,29 @@ import (
 
 // Config is everything the server needs; cmd/fdb-etcd fills it from flags.
 type Config struct {
-	Name                string
-	ListenClientURLs    []url.URL
-	AdvertiseClientURLs []url.URL
-	MaxRequestBytes     int
-	MaxTxnOps           int
+	Name string
+	// ListenClientURLs serve gRPC and, unless ListenClientHTTPURLs are
+	// given, the HTTP endpoints too (http, https, unix and unixs URLs).
+	ListenClientURLs []url.URL
+	// ListenClientHTTPURLs serve only the HTTP endpoints (etcd's
+	// --listen-client-http-urls).
+	ListenClientHTTPURLs []url.URL
+	AdvertiseClientURLs  []url.URL
+	MaxRequestBytes      int
+	MaxTxnOps            int
+	// MaxConcurrentStreams bounds the gRPC streams of one client
+	// connection; 0 means etcd's default, unbounded.
+	MaxConcurrentStreams uint32
+	// SocketOpts are etcd's --socket-reuse-port and --socket-reuse-address.
+	SocketOpts transport.SocketOpts
+	// CORS lists the origins the HTTP endpoints allow ("*" or empty: any),
+	// and HostWhitelist the Host headers plain-HTTP requests may carry
+	// ("*" or empty: any), as etcd's --cors and --host-whitelist.
+	CORS          []string
+	HostWhitelist []string
+	// AutoCompaction is etcd's --auto-compaction-mode and
+	// --auto-compaction-retention; only the owner of writes compacts.
+	AutoCompaction autocompact.Config
 	// GRPCKeepAliveMinTime is the shortest client ping interval allowed;
 	// kube-apiserver pings every 30 s, etcd allows every 5 s.
 	GRPCKeepAliveMinTime  time.Duration
@@ -105,6 +125,9 @@ func (c *Config) Defaults() {
 	}
 	if c.MaxTxnOps == 0 {
 		c.MaxTxnOps = 128
+	}
+	if c.MaxConcurrentStreams == 0 {
+		c.MaxConcurrentStreams = math.MaxUint32
 	}
 	if c.GRPCKeepAliveMinTime == 0 {
 		c.GRPCKeepAliveMinTime = 5 * time.Second
@@ -179,7 +202,7 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 	s.grpc = grpc.NewServer(append(o.grpcOptions(&cfg),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
-		grpc.MaxConcurrentStreams(math.MaxUint32),
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		// Reused handler goroutines keep the stacks a request grows into
 		// (gRPC, mvcc, Pebble): a fresh goroutine per request spent a
 		// tenth of the server's CPU copying its stack as it grew. When all
@@ -196,6 +219,7 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 		}),
 	)...)
 	kvStore, lessor := s.writeRoutes()
+	s.startAutoCompaction(kvStore)
 	if err := s.registerAPI(context.Background(), kvStore, lessor); err != nil {
 		s.runShutdownHooks()
 		s.stopOwnership()
@@ -257,6 +281,36 @@ func (s *Server) writeRoutes() (kv.Store, leasesvc.Lessor) {
 	s.OnShutdown(s.peers.Close)
 	fw := forward.New(s.owner, s.peers, s.Metrics())
 	return fw.KV(s.store), fw.Lessor(s.lessor)
+}
+
+// startAutoCompaction runs --auto-compaction-mode/retention: every replica
+// samples revisions, the owner of writes compacts, through kvStore so that
+// a compaction races no ownership change.
+func (s *Server) startAutoCompaction(kvStore kv.Store) {
+	ac := s.cfg.AutoCompaction
+	if !ac.Enabled() {
+		return
+	}
+	if ac.Clock == nil {
+		ac.Clock = s.cfg.Lease.Clock
+	}
+	if ac.Logger == nil {
+		ac.Logger = s.lg
+	}
+	c := autocompact.Start(ac, compactStore{s.store, kvStore}, func() bool { return s.owner.View().Held })
+	s.OnShutdown(c.Stop)
+}
+
+// compactStore reads revisions from the store and compacts through the
+// write route.
+type compactStore struct {
+	store *mvcc.Store
+	kv.Store
+}
+
+func (c compactStore) Rev(ctx context.Context) (int64, error) {
+	rev, _, err := c.store.Rev(ctx)
+	return rev, err
 }
 
 // startWatch starts the watch hub and registers the Watch service; Stop
@@ -333,14 +387,28 @@ func memberID(clusterID uint64, name string) uint64 {
 }
 
 // Serve listens on every client URL and serves until Stop. It returns once
-// all listeners are up; serving continues in the background.
+// all listeners are up; serving continues in the background. As in etcd,
+// with --listen-client-http-urls the client URLs serve gRPC only and those
+// URLs the HTTP endpoints only.
 func (s *Server) Serve() error {
+	split := len(s.cfg.ListenClientHTTPURLs) > 0
 	for _, u := range s.cfg.ListenClientURLs {
 		l, err := s.listen(u)
 		if err != nil {
 			return err
 		}
-		s.ServeListener(l)
+		if split {
+			s.serveClient(l, true, false)
+		} else {
+			s.ServeListener(l)
+		}
+	}
+	for _, u := range s.cfg.ListenClientHTTPURLs {
+		l, err := s.listen(u)
+		if err != nil {
+			return err
+		}
+		s.serveClient(l, false, true)
 	}
 	return s.serveMetricsURLs()
 }
@@ -348,32 +416,46 @@ func (s *Server) Serve() error {
 // ServeListener serves gRPC (HTTP/2) and, over HTTP/1.1, what etcd serves
 // there: the health endpoints, /metrics (where Prometheus setups for etcd
 // scrape it), the /v3/ JSON gateway and, with EnablePprof, profiles.
-func (s *Server) ServeListener(l net.Listener) {
+func (s *Server) ServeListener(l net.Listener) { s.serveClient(l, true, true) }
+
+// serveClient serves gRPC, HTTP/1.1 or both on l, split by cmux on the
+// HTTP/2 preface.
+func (s *Server) serveClient(l net.Listener, grpcOn, httpOn bool) {
 	s.initMetrics()
 	s.mu.Lock()
 	s.listeners = append(s.listeners, l)
 	s.mu.Unlock()
 	m := cmux.New(l)
-	grpcL := m.Match(cmux.HTTP2())
-	httpL := m.Match(cmux.Any())
-	hs := &http.Server{Handler: s.clientHTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
-	s.serving.Add(3)
-	go func() {
-		defer s.serving.Done()
-		_ = s.grpc.Serve(grpcL)
-	}()
-	go func() {
-		defer s.serving.Done()
-		_ = hs.Serve(httpL)
-	}()
+	var hs *http.Server
+	if grpcOn {
+		grpcL := m.Match(cmux.HTTP2())
+		s.serving.Add(1)
+		go func() {
+			defer s.serving.Done()
+			_ = s.grpc.Serve(grpcL)
+		}()
+	}
+	if httpOn {
+		httpL := m.Match(cmux.Any())
+		hs = &http.Server{Handler: s.clientHTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+		s.serving.Add(1)
+		go func() {
+			defer s.serving.Done()
+			_ = hs.Serve(httpL)
+		}()
+	}
+	s.serving.Add(1)
 	go func() {
 		defer s.serving.Done()
 		if err := m.Serve(); err != nil && !errors.Is(err, net.ErrClosed) && !isClosedConn(err) {
 			s.lg.Debug("client listener stopped", zap.Error(err))
 		}
-		_ = hs.Close()
+		if hs != nil {
+			_ = hs.Close()
+		}
 	}()
-	s.lg.Info("serving client traffic", zap.String("address", l.Addr().String()))
+	s.lg.Info("serving client traffic", zap.String("address", l.Addr().String()),
+		zap.Bool("grpc", grpcOn), zap.Bool("http", httpOn))
 }
 
 func isClosedConn(err error) bool {

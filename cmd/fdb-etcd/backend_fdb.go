@@ -9,11 +9,11 @@ import (
 
 // openFDB opens the keyspace --fdb-prefix of the FoundationDB cluster in
 // --fdb-cluster-file (see package storage/fdb for the key layout).
-func openFDB(c *config) (storage.DB, error) {
+func openFDB(c *etcdConfig) (storage.DB, error) {
 	return fdb.Open(fdb.Options{
-		ClusterFile:   c.fdbClusterFile,
-		Prefix:        c.fdbPrefix,
-		APIVersion:    c.fdbAPIVersion,
-		ClientBuggify: c.fdbBuggify,
+		ClusterFile:   c.FDBClusterFile,
+		Prefix:        c.FDBPrefix,
+		APIVersion:    c.FDBAPIVersion,
+		ClientBuggify: c.FDBBuggify,
 	})
 }

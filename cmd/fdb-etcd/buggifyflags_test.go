@@ -8,11 +8,11 @@ func TestBuggifyFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := c.fdbBuggify; !b.Enable || b.SectionActivatedPercent != 50 || b.SectionFiredPercent != 5 {
+	if b := c.etcd.FDBBuggify; !b.Enable || b.SectionActivatedPercent != 50 || b.SectionFiredPercent != 5 {
 		t.Fatalf("parsed %+v", b)
 	}
-	if c, err := parseFlags([]string{"--backend", "fdb"}); err != nil || c.fdbBuggify.Enable {
-		t.Fatalf("buggify must be off by default: %+v, %v", c.fdbBuggify, err)
+	if c, err := parseFlags([]string{"--backend", "fdb"}); err != nil || c.etcd.FDBBuggify.Enable {
+		t.Fatalf("buggify must be off by default: %+v, %v", c.etcd.FDBBuggify, err)
 	}
 	for _, bad := range [][]string{
 		{"--fdb-client-buggify"}, // the embedded backend has no FoundationDB client

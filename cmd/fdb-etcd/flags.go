@@ -1,132 +1,212 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
+	"slices"
+	"sort"
 	"strings"
-	"time"
 
-	"github.com/fdb-etcd/fdb-etcd/server"
-	"github.com/fdb-etcd/fdb-etcd/storage/fdb"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
+// config is a parsed command line: the etcd configuration it describes and
+// what the process does with it.
 type config struct {
-	server      server.Config
-	dataDir     string
-	backend     string
-	logLevel    string
-	logFormat   string
+	etcd        *etcdConfig
 	showVersion bool
-
-	fdbClusterFile string
-	fdbPrefix      string
-	fdbAPIVersion  int
-	forwardWrites  bool
-	fdbBuggify     fdb.ClientBuggify
+	// notes are log lines parsing produced, written once the configured
+	// logger exists (as etcd writes them).
+	notes []notice
+	// notApplicable lists the etcd settings given that have no effect here;
+	// they are logged once at start.
+	notApplicable []string
 
 	test testHooks // test-only hooks (testhooks.go)
 }
 
+// errUsage marks a command line the flag package refused (an unknown flag,
+// a bad value): etcd exits with status 2 on those, as fdb-etcd does.
+var errUsage = errors.New("usage")
+
+// parseFlags parses args with an empty environment; tests use it.
 func parseFlags(args []string) (*config, error) {
-	fs := flag.NewFlagSet("fdb-etcd", flag.ContinueOnError)
+	return parseCommandLine(args, nil, io.Discard, io.Discard)
+}
+
+// parseCommandLine reads the configuration the way etcd 3.6's main does:
+// the flags; then either --config-file (or ETCD_CONFIG_FILE), which then
+// is the whole configuration, or the flags with ETCD_* variables for the
+// flags not given; then etcd's validation. Flag errors are written to
+// stderr, with a usage line, as the flag package writes them; -h lists the
+// flags on stdout and returns flag.ErrHelp.
+func parseCommandLine(args []string, env environ, stdout, stderr io.Writer) (*config, error) {
+	ec := newEtcdConfig()
+	var m etcdMainFlags
 	var c config
-	var listen, advertise string
-	fs.StringVar(&c.server.Name, "name", "default", "human-readable name for this member")
-	fs.StringVar(&c.dataDir, "data-dir", "", "path to the data directory of the embedded backend (default ${name}.etcd)")
-	fs.StringVar(&listen, "listen-client-urls", "http://127.0.0.1:2379", "comma-separated URLs to listen on for client traffic")
-	fs.StringVar(&advertise, "advertise-client-urls", "", "comma-separated client URLs to advertise (default: the listen URLs)")
-	maxReq := fs.Uint("max-request-bytes", 1.5*1024*1024, "maximum client request size in bytes the server will accept")
-	fs.IntVar(&c.server.MaxTxnOps, "max-txn-ops", 128, "maximum number of operations permitted in a transaction")
-	heartbeat := fs.Uint("heartbeat-interval", 100, "time (in milliseconds) of a heartbeat interval; with --election-timeout it sets the minimum lease TTL as in etcd")
-	election := fs.Uint("election-timeout", 1000, "time (in milliseconds) for an election to timeout; leases are extended by it when lease expiry changes hands")
-	fs.DurationVar(&c.server.GRPCKeepAliveMinTime, "grpc-keepalive-min-time", 5*time.Second, "minimum interval a client should wait before pinging the server")
-	fs.DurationVar(&c.server.GRPCKeepAliveInterval, "grpc-keepalive-interval", 2*time.Hour, "frequency of server-to-client pings to check if a connection is alive (0 to disable)")
-	fs.DurationVar(&c.server.GRPCKeepAliveTimeout, "grpc-keepalive-timeout", 20*time.Second, "additional wait after a keepalive ping before closing a non-responsive connection")
-	fs.DurationVar(&c.server.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long SIGTERM waits for in-flight requests before closing them")
-	fs.BoolVar(&c.server.EnablePprof, "enable-pprof", false, "enable runtime profiling data via HTTP server under /debug/pprof/ on the client port")
-	fs.DurationVar(&c.server.Watch.ProgressNotifyInterval, "watch-progress-notify-interval", 10*time.Minute, "duration of periodic watch progress notifications")
-	fs.DurationVar(&c.server.Watch.ProgressNotifyInterval, "experimental-watch-progress-notify-interval", 10*time.Minute, "duration of periodic watch progress notifications (etcd's deprecated name for --watch-progress-notify-interval)")
-	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error, panic, or fatal")
-	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or console")
-	fs.StringVar(&c.backend, "backend", "pebble", "storage backend: pebble (embedded) or fdb (FoundationDB)")
-	fs.StringVar(&c.fdbClusterFile, "fdb-cluster-file", "/etc/foundationdb/fdb.cluster", "FoundationDB cluster file (backend fdb)")
-	fs.StringVar(&c.fdbPrefix, "fdb-prefix", "fdb-etcd", "key prefix of this keyspace inside FoundationDB (backend fdb)")
-	fs.IntVar(&c.fdbAPIVersion, "fdb-api-version", 730, "FoundationDB client API version (backend fdb)")
-	fs.BoolVar(&c.forwardWrites, "fdb-forward-writes", true, "send writes to the one replica that currently owns revision allocation, so replicas sharing a keyspace do not conflict on it (backend fdb); peers dial each other's first --advertise-client-urls")
-	fs.BoolVar(&c.fdbBuggify.Enable, "fdb-client-buggify", false, "TESTING AID, never in production: turn on FoundationDB's client-side fault injection (client_buggify_enable): the client library fails requests at random with retryable errors and commit_unknown_result, and delays them (backend fdb)")
-	fs.IntVar(&c.fdbBuggify.SectionActivatedPercent, "fdb-client-buggify-section-activated-probability", 0, "with --fdb-client-buggify: percent chance that each fault-injection section is active in this process (0: FoundationDB's default)")
-	fs.IntVar(&c.fdbBuggify.SectionFiredPercent, "fdb-client-buggify-section-fired-probability", 0, "with --fdb-client-buggify: percent chance that an active section fires each time it is reached (0: FoundationDB's default)")
-	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
-	finishOps := registerOpsFlags(fs, &c)
-	finishAPI := registerAPIFlags(fs, &c)
+	fs := flag.NewFlagSet("fdb-etcd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, usageLine) }
+	registerEtcdFlags(fs, ec, &m)
+	registerFDBEtcdFlags(fs, ec)
 	registerTestFlags(fs, &c.test)
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return nil, fmt.Errorf("%q is not a valid flag", fs.Arg(0))
 	}
-	c.server.MaxRequestBytes = int(*maxReq)
-	finishAPI()
-	if err := leaseTiming(&c.server, *heartbeat, *election); err != nil {
-		return nil, err
+	if m.printVersion {
+		return &config{showVersion: true}, nil
+	}
+	if m.configFile == "" {
+		m.configFile = env.lookup(flagToEnv("config-file"))
 	}
 	var err error
-	if c.server.ListenClientURLs, err = parseURLs(listen); err != nil {
-		return nil, fmt.Errorf("--listen-client-urls: %w", err)
-	}
-	if advertise == "" {
-		c.server.AdvertiseClientURLs = c.server.ListenClientURLs
-	} else if c.server.AdvertiseClientURLs, err = parseURLs(advertise); err != nil {
-		return nil, fmt.Errorf("--advertise-client-urls: %w", err)
-	}
-	if err := finishOps(); err != nil {
+	if m.configFile != "" {
+		if ec, err = loadConfigFile(m.configFile); err != nil {
+			return nil, err
+		}
+		c.test = testHooks{}
+		c.notes = append(c.notes, notice{zapcore.InfoLevel, "loaded server configuration, other configuration command line flags and environment variables will be ignored if provided",
+			[]zap.Field{zap.String("path", m.configFile)}})
+	} else if c.notes, err = fromCommandLine(fs, ec, env); err != nil {
 		return nil, err
 	}
-	if c.dataDir == "" {
-		c.dataDir = c.server.Name + ".etcd"
-	}
-	if err := checkBuggify(&c); err != nil {
+	if err := ec.validate(); err != nil {
 		return nil, err
 	}
-	switch c.backend {
-	case "pebble":
-		// The embedded store is locked to this process: physical
-		// compaction need not wait out other writers' replays.
-		c.server.MVCC.SoleWriter = true
-	case "fdb":
-		// Only a shared backend has other replicas to forward to.
-		c.server.ForwardWrites = c.forwardWrites
-	default:
-		return nil, fmt.Errorf("--backend: unknown backend %q (want pebble or fdb)", c.backend)
+	if err := ec.applyRenames(); err != nil {
+		return nil, err
 	}
+	if err := checkBuggify(&ec.fdbEtcdConfig); err != nil {
+		return nil, err
+	}
+	c.etcd = ec
+	c.notes = append(c.notes, deprecationNotes(ec)...)
+	c.notApplicable = notApplicable(fs, ec)
 	return &c, nil
 }
 
-func parseURLs(s string) ([]url.URL, error) {
-	var out []url.URL
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
+// usageLine is printed on a flag error, as etcd prints its own.
+const usageLine = `Usage:
+
+  fdb-etcd [flags]             serve etcd's API (etcd 3.6's flags, ETCD_* variables or --config-file)
+  fdb-etcd --version | version print the version
+  fdb-etcd -h | --help         list the flags
+  fdb-etcd healthcheck         probe a server's /health`
+
+// fromCommandLine completes a configuration read from flags: the ETCD_*
+// variables, then etcd's rules for flags that depend on each other.
+func fromCommandLine(fs *flag.FlagSet, ec *etcdConfig, env environ) ([]notice, error) {
+	notes, err := setFlagsFromEnv(fs, env)
+	if err != nil {
+		return notes, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true; ec.explicit[f.Name] = true })
+	if set["listen-client-urls"] && !set["advertise-client-urls"] {
+		n, err := defaultAdvertise(ec)
+		if err != nil {
+			return notes, err
+		}
+		notes = append(notes, n)
+	}
+	if (ec.Durl != "" || ec.DNSCluster != "" || ec.DNSClusterServiceName != "" || len(ec.Discovery.Endpoints) > 0) && !set["initial-cluster"] {
+		ec.InitialCluster = ""
+	}
+	return notes, experimentalGatesFromFlags(fs, ec, set)
+}
+
+// defaultAdvertise handles --listen-client-urls without
+// --advertise-client-urls, which etcd refuses. fdb-etcd advertises the
+// listen URLs instead, as it always has, and says that etcd would not
+// start; only unix sockets, which cannot be advertised, are refused.
+func defaultAdvertise(ec *etcdConfig) (notice, error) {
+	for _, u := range ec.ListenClientURLs {
+		if u.Scheme != "http" && u.Scheme != "https" {
+			return notice{}, errors.New("--advertise-client-urls is required when --listen-client-urls is set explicitly")
+		}
+	}
+	ec.AdvertiseClientURLs = slices.Clone(ec.ListenClientURLs)
+	return notice{zapcore.WarnLevel, "--advertise-client-urls not set: advertising --listen-client-urls (etcd refuses to start without it)",
+		[]zap.Field{zap.Strings("advertise-client-urls", urlList(ec.AdvertiseClientURLs))}}, nil
+}
+
+// experimentalGatesFromFlags refuses an experimental boolean flag given
+// with the feature gate that replaces it, and applies it to the gate.
+func experimentalGatesFromFlags(fs *flag.FlagSet, ec *etcdConfig, set map[string]bool) error {
+	gates := fs.Lookup("feature-gates").Value.String()
+	m := map[string]bool{}
+	for name, gate := range experimentalFeatureFlags {
+		if !set[name] {
 			continue
 		}
-		u, err := url.Parse(part)
-		if err != nil {
-			return nil, err
+		v := fs.Lookup(name).Value.String() == "true"
+		if strings.Contains(gates, gate) {
+			return fmt.Errorf("cannot specify both flags: --%s=%v and --feature-gates=%s=%v at the same time, please just use --feature-gates=%s=%v",
+				name, v, gate, ec.FeatureGates.enabled(gate), gate, ec.FeatureGates.enabled(gate))
 		}
-		if u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix" && u.Scheme != "unixs" {
-			return nil, fmt.Errorf("URL %q: scheme must be http or https", part)
-		}
-		if u.Host == "" {
-			return nil, fmt.Errorf("URL %q: no host", part)
-		}
-		out = append(out, *u)
+		m[gate] = v
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no URLs given")
+	return ec.FeatureGates.setFromMap(m)
+}
+
+// deprecationNotes are etcd 3.6's warnings for its deprecated settings.
+func deprecationNotes(ec *etcdConfig) []notice {
+	var notes []notice
+	warn := func(msg string) { notes = append(notes, notice{zapcore.WarnLevel, msg, nil}) }
+	for _, r := range experimentalRenames {
+		if ec.explicit[r[0]] {
+			warn(fmt.Sprintf("--%s is deprecated in v3.6 and will be decommissioned in v3.7. Use '--%s' instead.", r[0], r[1]))
+		}
 	}
-	return out, nil
+	names := make([]string, 0, len(experimentalFeatureFlags))
+	for name := range experimentalFeatureFlags {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if ec.explicit[name] {
+			warn(fmt.Sprintf("--%s is deprecated in 3.6 and will be decommissioned in 3.7. Use '--feature-gates=%s=true' instead.", name, experimentalFeatureFlags[name]))
+		}
+	}
+	for _, name := range []string{"max-snapshots", "v2-deprecation"} {
+		if ec.explicit[name] {
+			warn(fmt.Sprintf("--%s is deprecated and scheduled for removal in v3.8.", name))
+		}
+	}
+	if ec.Name == defaultName {
+		warn("it isn't recommended to use default name, please set a value for --name. Note that etcd might run into issue when multiple members have the same default name")
+	}
+	return notes
+}
+
+// notApplicable lists the settings given explicitly that have no effect
+// here: the flags registered as accepted only (their usage says so), and
+// --unsafe-no-fsync on FoundationDB.
+func notApplicable(fs *flag.FlagSet, ec *etcdConfig) []string {
+	var out []string
+	for name := range ec.explicit {
+		f := fs.Lookup(name)
+		switch {
+		case f != nil && strings.HasPrefix(f.Usage, notHere):
+			out = append(out, name)
+		case name == "unsafe-no-fsync" && ec.Backend == "fdb":
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func urlList(us []url.URL) []string {
@@ -135,39 +215,4 @@ func urlList(us []url.URL) []string {
 		out[i] = u.String()
 	}
 	return out
-}
-
-// leaseTiming derives the lessor's minimum TTL and promotion extension from
-// etcd's raft timing flags, with etcd's formulas and validation: the minimum
-// TTL is 1.5 election timeouts in whole heartbeats, rounded up to seconds.
-func leaseTiming(c *server.Config, heartbeatMs, electionMs uint) error {
-	if heartbeatMs == 0 || electionMs == 0 {
-		return fmt.Errorf("--heartbeat-interval and --election-timeout must be positive")
-	}
-	if 5*heartbeatMs > electionMs {
-		return fmt.Errorf("--election-timeout[%vms] should be at least as 5 times as --heartbeat-interval[%vms]", electionMs, heartbeatMs)
-	}
-	ticks := electionMs / heartbeatMs
-	minTTL := time.Duration((3*ticks)/2*heartbeatMs) * time.Millisecond
-	c.Lease.MinTTL = int64((minTTL + time.Second - 1) / time.Second)
-	c.Lease.Extend = time.Duration(electionMs) * time.Millisecond
-	return nil
-}
-
-// checkBuggify refuses client fault-injection settings that would be
-// ignored or that FoundationDB would refuse.
-func checkBuggify(c *config) error {
-	b := c.fdbBuggify
-	if !b.Enable && (b.SectionActivatedPercent != 0 || b.SectionFiredPercent != 0) {
-		return fmt.Errorf("--fdb-client-buggify-section-*-probability needs --fdb-client-buggify")
-	}
-	if b.Enable && c.backend != "fdb" {
-		return fmt.Errorf("--fdb-client-buggify needs --backend=fdb")
-	}
-	for _, p := range []int{b.SectionActivatedPercent, b.SectionFiredPercent} {
-		if p < 0 || p > 100 {
-			return fmt.Errorf("--fdb-client-buggify-section-*-probability: %d is not a percentage", p)
-		}
-	}
-	return nil
 }

@@ -18,7 +18,7 @@ func TestLeaseTimingFlags(t *testing.T) {
 		{[]string{"--heartbeat-interval=300", "--election-timeout=1000"}, 0, 0, true},
 		{[]string{"--heartbeat-interval=0"}, 0, 0, true},
 	} {
-		c, err := parseFlags(tc.args)
+		c, err := parseServer(tc.args)
 		if tc.fails {
 			if err == nil {
 				t.Errorf("%v: accepted", tc.args)
@@ -28,8 +28,8 @@ func TestLeaseTimingFlags(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", tc.args, err)
 		}
-		if c.server.Lease.MinTTL != tc.minTTL || c.server.Lease.Extend != tc.extend {
-			t.Errorf("%v: min TTL %d extend %v, want %d %v", tc.args, c.server.Lease.MinTTL, c.server.Lease.Extend, tc.minTTL, tc.extend)
+		if c.Lease.MinTTL != tc.minTTL || c.Lease.Extend != tc.extend {
+			t.Errorf("%v: min TTL %d extend %v, want %d %v", tc.args, c.Lease.MinTTL, c.Lease.Extend, tc.minTTL, tc.extend)
 		}
 	}
 }

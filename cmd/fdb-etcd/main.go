@@ -1,9 +1,14 @@
 // Command fdb-etcd serves etcd's v3 API from FoundationDB or, by default, an
-// embedded Pebble store. Flags follow etcd's names where they mean the same.
+// embedded Pebble store. It takes etcd 3.6's command line (its flags,
+// ETCD_* environment variables and --config-file), so that it can be
+// installed as etcd.
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,56 +20,132 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "fdb-etcd:", err)
-		os.Exit(1)
-	}
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
 
-func run(args []string) error {
-	if len(args) > 0 && args[0] == "version" {
-		printVersion()
-		return nil
+// run is the process: it returns the exit status, etcd's for the same
+// command line (2 for a flag the flag package refuses, 1 for a
+// configuration etcd refuses or a failure, 0 for -h and --version).
+func run(args []string, env environ, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		if code, ok := runSubcommand(args, stdout, stderr); ok {
+			return code
+		}
 	}
-	if len(args) > 0 && args[0] == "healthcheck" {
-		return healthcheck(args[1:])
-	}
-	if len(args) > 0 && args[0] == "experimental-export-persisted" {
-		return exportPersisted(args[1:], os.Stdout) // test only (testhooks.go)
-	}
-	cfg, err := parseFlags(args)
-	if err != nil {
-		return err
+	cfg, err := parseCommandLine(args, env, stdout, stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case err != nil:
+		fmt.Fprintln(stderr, "fdb-etcd:", err)
+		return 1
 	}
 	if cfg.showVersion {
-		printVersion()
-		return nil
+		printVersion(stdout)
+		return 0
 	}
-	lg, err := newLogger(cfg.logLevel, cfg.logFormat)
-	if err != nil {
-		return err
+	if err := serve(cfg); err != nil {
+		fmt.Fprintln(stderr, "fdb-etcd:", err)
+		return 1
 	}
-	defer func() { _ = lg.Sync() }()
-	cfg.server.Logger = lg
-	cfg.server.BuildVersion = buildVersion()
+	return 0
+}
 
-	if cfg.fdbBuggify.Enable {
-		lg.Warn("TESTING AID: FoundationDB client buggify is on; the client library injects faults into every transaction",
-			zap.Int("section-activated-percent", cfg.fdbBuggify.SectionActivatedPercent),
-			zap.Int("section-fired-percent", cfg.fdbBuggify.SectionFiredPercent))
+// runSubcommand runs fdb-etcd's subcommands; ok is false when args[0] is
+// none of them.
+func runSubcommand(args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	var err error
+	switch args[0] {
+	case "version":
+		printVersion(stdout)
+	case "healthcheck":
+		err = healthcheck(args[1:])
+	case "experimental-export-persisted":
+		err = exportPersisted(args[1:], stdout) // test only (testhooks.go)
+	case "gateway", "grpc-proxy":
+		err = fmt.Errorf("etcd's %s mode is not provided: every fdb-etcd member serves every request, so point clients at the members (or a Service in front of them) directly", args[0])
+	default:
+		return 0, false
 	}
-	backend, err := openBackend(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "fdb-etcd:", err)
+		return 1, true
+	}
+	return 0, true
+}
+
+// serve runs the server until SIGTERM or SIGINT.
+func serve(cfg *config) error {
+	ec := cfg.etcd
+	lg, closeLog, err := newLogger(ec)
 	if err != nil {
 		return err
+	}
+	defer closeLog()
+	defer func() { _ = lg.Sync() }()
+	sc, err := serverConfig(cfg, lg)
+	if err != nil {
+		return err
+	}
+	srv, err := startServer(cfg, sc, lg)
+	if err != nil {
+		return err
+	}
+	lg.Info("fdb-etcd started", zap.String("name", sc.Name), zap.String("backend", ec.Backend),
+		zap.Strings("listen-client-urls", urlList(sc.ListenClientURLs)),
+		zap.Strings("listen-metrics-urls", urlList(sc.ListenMetricsURLs)),
+		zap.Bool("client-cert-auth", sc.TLS.ClientCertAuth), zap.String("version", buildVersion()))
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	s := <-sig
+	lg.Info("shutting down", zap.String("signal", s.String()))
+	srv.Stop()
+	lg.Info("stopped")
+	return nil
+}
+
+// serverConfig logs what parsing noted (once, with the configured logger),
+// then builds the server's configuration, with --auto-tls's certificate.
+func serverConfig(cfg *config, lg *zap.Logger) (server.Config, error) {
+	ec := cfg.etcd
+	sc, notes, err := ec.serverConfig()
+	logNotes(lg, append(cfg.notes, notes...))
+	if len(cfg.notApplicable) > 0 {
+		lg.Warn("flags accepted for etcd compatibility have no effect here (no raft, no peers, no bbolt)",
+			zap.Strings("flags", cfg.notApplicable))
+	}
+	if err != nil {
+		return sc, err
+	}
+	if err := autoTLS(ec, &sc.TLS, lg); err != nil {
+		return sc, err
+	}
+	sc.Logger = lg
+	sc.BuildVersion = buildVersion()
+	if b := ec.FDBBuggify; b.Enable {
+		lg.Warn("TESTING AID: FoundationDB client buggify is on; the client library injects faults into every transaction",
+			zap.Int("section-activated-percent", b.SectionActivatedPercent), zap.Int("section-fired-percent", b.SectionFiredPercent))
+	}
+	return sc, nil
+}
+
+// startServer opens the store and serves it.
+func startServer(cfg *config, sc server.Config, lg *zap.Logger) (*server.Server, error) {
+	backend, err := openBackend(cfg.etcd)
+	if err != nil {
+		return nil, err
 	}
 	db, err := cfg.test.wrap(backend, lg) // test-only hooks, off by default
 	if err != nil {
-		return err
+		return nil, err
 	}
-	srv, err := server.New(cfg.server, db)
+	srv, err := server.New(sc, db)
 	if err != nil {
 		_ = db.Close()
-		return err
+		return nil, err
 	}
 	// The backend's own client measurements (FoundationDB's retries by
 	// error code, commit and read-version latency, recoveries seen) go to
@@ -74,18 +155,16 @@ func run(args []string) error {
 	}
 	if err := srv.Serve(); err != nil {
 		srv.Stop()
-		return err
+		return nil, err
 	}
-	lg.Info("fdb-etcd started", zap.String("name", cfg.server.Name), zap.String("backend", cfg.backend),
-		zap.Strings("listen-client-urls", urlList(cfg.server.ListenClientURLs)),
-		zap.Strings("listen-metrics-urls", urlList(cfg.server.ListenMetricsURLs)),
-		zap.Bool("client-cert-auth", cfg.server.TLS.ClientCertAuth), zap.String("version", buildVersion()))
+	return srv, nil
+}
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	s := <-sig
-	lg.Info("shutting down", zap.String("signal", s.String()))
-	srv.Stop()
-	lg.Info("stopped")
-	return nil
+// logNotes writes what parsing had to say, now that the logger exists.
+func logNotes(lg *zap.Logger, notes []notice) {
+	for _, n := range notes {
+		if ce := lg.Check(n.level, n.msg); ce != nil {
+			ce.Write(n.fields...)
+		}
+	}
 }

@@ -18,23 +18,22 @@ import (
 )
 
 func TestOpsFlags(t *testing.T) {
-	c, err := parseFlags([]string{
+	s, err := parseServer([]string{
 		"--listen-client-urls", "https://127.0.0.1:2379", "--listen-metrics-urls", "http://0.0.0.0:2381",
 		"--cert-file", "c", "--key-file", "k", "--trusted-ca-file", "ca", "--client-cert-auth",
 		"--cipher-suites", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-		"--tls-min-version", "TLS1.3", "--warning-apply-duration", "250ms",
+		"--tls-min-version", "TLS1.2", "--tls-max-version", "TLS1.3", "--warning-apply-duration", "250ms",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := c.server
 	if s.TLS.CertFile != "c" || s.TLS.KeyFile != "k" || s.TLS.TrustedCAFile != "ca" || !s.TLS.ClientCertAuth ||
-		len(s.TLS.CipherSuites) != 2 || s.TLS.MinVersion != "TLS1.3" || s.WarningApplyDuration != 250*time.Millisecond ||
+		len(s.TLS.CipherSuites) != 2 || s.TLS.MinVersion != "TLS1.2" || s.TLS.MaxVersion != "TLS1.3" || s.WarningApplyDuration != 250*time.Millisecond ||
 		len(s.ListenMetricsURLs) != 1 || s.ListenMetricsURLs[0].Host != "0.0.0.0:2381" {
 		t.Fatalf("parsed %+v", s)
 	}
-	if c, err := parseFlags(nil); err != nil || c.server.WarningApplyDuration != 100*time.Millisecond {
-		t.Fatalf("default --warning-apply-duration: %v %v", c.server.WarningApplyDuration, err)
+	if c, err := parseServer(nil); err != nil || c.WarningApplyDuration != 100*time.Millisecond {
+		t.Fatalf("default --warning-apply-duration: %v %v", c.WarningApplyDuration, err)
 	}
 	for _, bad := range [][]string{
 		{"--listen-client-urls", "https://127.0.0.1:2379"},
@@ -43,9 +42,11 @@ func TestOpsFlags(t *testing.T) {
 		{"--cert-file", "c", "--key-file", "k", "--client-cert-auth"},
 		{"--cert-file", "c", "--key-file", "k", "--tls-min-version", "TLS1.0"},
 		{"--cert-file", "c", "--key-file", "k", "--cipher-suites", "TLS_RSA_WITH_RC4_128_SHA"},
-		{"--listen-metrics-urls", "unix://x"},
+		// etcd: "cipher suites cannot be configured when only TLS1.3 is enabled"
+		{"--cert-file", "c", "--key-file", "k", "--tls-min-version", "TLS1.3", "--cipher-suites", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"},
+		{"--tls-min-version", "TLS1.3", "--tls-max-version", "TLS1.2"},
 	} {
-		if _, err := parseFlags(bad); err == nil {
+		if _, err := parseServer(bad); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
 		}
 	}
@@ -136,13 +137,13 @@ func TestBinaryProductionMode(t *testing.T) {
 // TestAPIFlags: etcd's --quota-backend-bytes (0, etcd's default, means
 // 2 GiB) and --enable-grpc-gateway (on by default).
 func TestAPIFlags(t *testing.T) {
-	c, err := parseFlags(nil)
-	if err != nil || c.server.Quota.Bytes != 0 || c.server.DisableGRPCGateway {
-		t.Fatalf("defaults: quota %d, gateway disabled %t, %v", c.server.Quota.Bytes, c.server.DisableGRPCGateway, err)
+	c, err := parseServer(nil)
+	if err != nil || c.Quota.Bytes != 0 || c.DisableGRPCGateway {
+		t.Fatalf("defaults: quota %d, gateway disabled %t, %v", c.Quota.Bytes, c.DisableGRPCGateway, err)
 	}
-	c, err = parseFlags([]string{"--quota-backend-bytes", "8589934592", "--enable-grpc-gateway=false"})
-	if err != nil || c.server.Quota.Bytes != 8<<30 || !c.server.DisableGRPCGateway {
-		t.Fatalf("parsed: quota %d, gateway disabled %t, %v", c.server.Quota.Bytes, c.server.DisableGRPCGateway, err)
+	c, err = parseServer([]string{"--quota-backend-bytes", "8589934592", "--enable-grpc-gateway=false"})
+	if err != nil || c.Quota.Bytes != 8<<30 || !c.DisableGRPCGateway {
+		t.Fatalf("parsed: quota %d, gateway disabled %t, %v", c.Quota.Bytes, c.DisableGRPCGateway, err)
 	}
 	if _, err := parseFlags([]string{"--quota-backend-bytes", "2GiB"}); err == nil {
 		t.Fatal("--quota-backend-bytes=2GiB accepted; etcd takes a byte count")

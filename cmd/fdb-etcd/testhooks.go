@@ -135,21 +135,21 @@ func (h *testHooks) wrap(db storage.DB, lg *zap.Logger) (storage.DB, error) {
 // journaled persisted requests.
 func exportPersisted(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("experimental-export-persisted", flag.ContinueOnError)
-	var c config
-	fs.StringVar(&c.dataDir, "data-dir", "default.etcd", "data directory of a stopped embedded server")
-	fs.StringVar(&c.backend, "backend", "pebble", "storage backend: pebble or fdb")
-	fs.StringVar(&c.fdbClusterFile, "fdb-cluster-file", "/etc/foundationdb/fdb.cluster", "FoundationDB cluster file (backend fdb)")
-	fs.StringVar(&c.fdbPrefix, "fdb-prefix", "fdb-etcd", "the keyspace's --fdb-prefix (backend fdb)")
-	fs.IntVar(&c.fdbAPIVersion, "fdb-api-version", 730, "FoundationDB client API version (backend fdb)")
+	c := newEtcdConfig()
+	fs.StringVar(&c.Dir, "data-dir", "default.etcd", "data directory of a stopped embedded server")
+	fs.StringVar(&c.Backend, "backend", "pebble", "storage backend: pebble or fdb")
+	fs.StringVar(&c.FDBClusterFile, "fdb-cluster-file", "/etc/foundationdb/fdb.cluster", "FoundationDB cluster file (backend fdb)")
+	fs.StringVar(&c.FDBPrefix, "fdb-prefix", "fdb-etcd", "the keyspace's --fdb-prefix (backend fdb)")
+	fs.IntVar(&c.FDBAPIVersion, "fdb-api-version", 730, "FoundationDB client API version (backend fdb)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if c.backend != "fdb" {
-		if _, err := os.Stat(c.dataDir); err != nil {
+	if c.Backend != "fdb" {
+		if _, err := os.Stat(c.Dir); err != nil {
 			return err
 		}
 	}
-	db, err := openBackend(&c)
+	db, err := openBackend(c)
 	if err != nil {
 		return err
 	}

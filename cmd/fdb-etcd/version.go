@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
 
@@ -22,8 +23,8 @@ func buildVersion() string {
 	return "(devel)"
 }
 
-func printVersion() {
+func printVersion(w io.Writer) {
 	v := buildVersion()
-	fmt.Printf("fdb-etcd Version: %s\netcd API Version: %s\nGo Version: %s\nGo OS/Arch: %s/%s\n",
+	fmt.Fprintf(w, "fdb-etcd Version: %s\netcd API Version: %s\nGo Version: %s\nGo OS/Arch: %s/%s\n",
 		v, maintenance.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }

@@ -8,7 +8,9 @@ package snapshot
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +42,10 @@ import (
 var (
 	fdbBinary   string
 	fdbBuildErr error
+	// fdbCluster is the FoundationDB cluster file fdb-etcd runs on with
+	// SNAPSHOT_BACKEND=fdb (each server in a keyspace of its own); empty
+	// for the embedded store.
+	fdbCluster string
 )
 
 func TestMain(m *testing.M) {
@@ -50,13 +56,23 @@ func TestMain(m *testing.M) {
 			return 2
 		}
 		defer os.RemoveAll(tmp)
+		if os.Getenv("SNAPSHOT_BACKEND") == "fdb" {
+			fdbCluster = os.Getenv("FDB_CLUSTER_FILE")
+			if _, err := os.Stat(fdbCluster); fdbCluster == "" || err != nil {
+				fmt.Fprintf(os.Stderr, "snapshot: SNAPSHOT_BACKEND=fdb needs FDB_CLUSTER_FILE naming a cluster file: %v\n", err)
+				return 2
+			}
+			fmt.Fprintf(os.Stderr, "snapshot: fdb-etcd runs on FoundationDB, cluster file %s\n", fdbCluster)
+		}
 		fdbBinary, fdbBuildErr = buildFDBEtcd(tmp)
 		return m.Run()
 	}()
 	os.Exit(code)
 }
 
-// buildFDBEtcd builds ../../cmd/fdb-etcd into dir (or uses $SNAPSHOT_TEST_BINARY).
+// buildFDBEtcd builds ../../cmd/fdb-etcd into dir (or uses
+// $SNAPSHOT_TEST_BINARY), with FoundationDB support when the tests run
+// there.
 func buildFDBEtcd(dir string) (string, error) {
 	if b := os.Getenv("SNAPSHOT_TEST_BINARY"); b != "" {
 		return b, nil
@@ -70,7 +86,11 @@ func buildFDBEtcd(dir string) (string, error) {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	out := filepath.Join(dir, "fdb-etcd")
-	cmd := exec.Command(goBin, "build", "-o", out, "./cmd/fdb-etcd")
+	args := []string{"build", "-o", out}
+	if fdbCluster != "" {
+		args = append(args, "-tags", "fdb")
+	}
+	cmd := exec.Command(goBin, append(args, "./cmd/fdb-etcd")...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/fdb-etcd: %v\n%s", err, b)
@@ -112,7 +132,8 @@ func newClient(t *testing.T, endpoint string) *clientv3.Client {
 	return cli
 }
 
-// startFDBEtcd runs the fdb-etcd binary on a fresh pebble data dir.
+// startFDBEtcd runs the fdb-etcd binary on a fresh store: a pebble data
+// dir, or a new keyspace of the FoundationDB cluster.
 func startFDBEtcd(t *testing.T) (*clientv3.Client, string) {
 	t.Helper()
 	if fdbBuildErr != nil {
@@ -124,8 +145,13 @@ func startFDBEtcd(t *testing.T) (*clientv3.Client, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(fdbBinary, "--name", "fdb", "--data-dir", t.TempDir(),
-		"--listen-client-urls", u, "--advertise-client-urls", u)
+	args := []string{"--name", "fdb", "--data-dir", t.TempDir(), "--listen-client-urls", u, "--advertise-client-urls", u}
+	if fdbCluster != "" {
+		var id [8]byte
+		_, _ = crand.Read(id[:])
+		args = append(args, "--backend", "fdb", "--fdb-cluster-file", fdbCluster, "--fdb-prefix", "snapshot/"+hex.EncodeToString(id[:]))
+	}
+	cmd := exec.Command(fdbBinary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
