@@ -154,6 +154,15 @@ robustness:
 conformance:
 	cd test/apiserver-conformance && ./hack/run.sh
 
+# conformance-all runs the same for every supported Kubernetes minor, one
+# after the other (hack/matrix.sh; KUBE_VERSIONS to choose): the kube
+# binaries of each are built once (niced, 5-15 min of CPU each) and cached,
+# the reports go to test/apiserver-conformance/results/<version>/ and a
+# table of all of them to results/matrix.md.
+.PHONY: conformance-all
+conformance-all:
+	cd test/apiserver-conformance && ./hack/matrix.sh
+
 # bench and bench-quick: fdb-etcd side by side with etcd and kine.
 include bench/bench.mk
 
