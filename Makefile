@@ -78,7 +78,7 @@ endif
 # FDB_PKGS are the packages whose tests run on FoundationDB under test-fdb:
 # the backend's own tests, and the suites above the storage interface, which
 # open their store through internal/testdb.
-FDB_PKGS   := ./storage/fdb/... ./mvcc/... ./watchhub/... ./owner/... ./lease/... ./server/... ./cmd/...
+FDB_PKGS   := ./internal/fdbserver/... ./storage/fdb/... ./mvcc/... ./watchhub/... ./owner/... ./lease/... ./server/... ./cmd/...
 FDB_MISSING = $(shell PATH='$(PATH)'; \
 	if [ -z "$(FDB_FOUND)" ]; then echo "no FDB_HOME, no $(FDB_SYSTEM_LIB) with headers, no $(FDB_SIBLING)"; \
 	elif [ ! -e "$(FDB_LIB)" ]; then echo "$(FDB_LIB) not found"; \
@@ -131,11 +131,16 @@ test-deploy:
 # of each fuzz target. robustness is the long version: every traffic profile
 # under every fault with longer runs and more kills, more crash-consistency
 # seeds, and a minute of each fuzz target.
+# With FoundationDB found (see above), both also run fdb-etcd on a 5-process
+# FoundationDB cluster (TestRobustnessFDB): the short run forced recoveries
+# with replicas killed, the long one every FoundationDB fault under both
+# traffic profiles; a FoundationDB scenario that cannot run then fails.
 .PHONY: robustness robustness-short fuzz-short
+ROBUSTNESS_ENV = $(if $(FDB_MISSING),,CGO_ENABLED=1 FDB_TESTS_REQUIRED=1)
 FUZZ_TARGETS := ./mvcc:FuzzValueChunking ./keyspace:FuzzLayoutKeys ./keyspace:FuzzHistoryKey ./server/kv:FuzzValidate ./server/watch:FuzzWatchRequests
 FUZZTIME     ?= 5s
 robustness-short:
-	cd test/robustness && $(GO) test -count=1 -timeout 20m ./...
+	cd test/robustness && $(ROBUSTNESS_ENV) $(GO) test -count=1 -timeout 30m ./...
 	$(MAKE) --no-print-directory fuzz-short
 
 fuzz-short:
@@ -143,7 +148,7 @@ fuzz-short:
 		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5x $$pkg || exit 1; done
 
 robustness:
-	cd test/robustness && ROBUSTNESS_LONG=1 $(GO) test -count=1 -timeout 120m -v ./...
+	cd test/robustness && $(ROBUSTNESS_ENV) ROBUSTNESS_LONG=1 $(GO) test -count=1 -timeout 240m -v ./...
 	ROBUSTNESS_LONG=1 $(GO) test -count=1 -run 'TestCrashConsistency|TestExportPersisted' -v ./mvcc
 	$(MAKE) --no-print-directory fuzz-short FUZZTIME=60s
 

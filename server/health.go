@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"net/http"
-	"net/http/pprof"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -18,18 +17,11 @@ type healthBody struct {
 	Reason string `json:"reason"`
 }
 
-// HTTPHandler serves etcd's /health and the Kubernetes-style /livez and
-// /readyz on the client port.
-func (s *Server) HTTPHandler() http.Handler {
-	mux := http.NewServeMux()
+// handleHealth adds etcd's /health and the Kubernetes-style /livez and
+// /readyz to mux; the client port and the metrics listeners serve them
+// alike.
+func (s *Server) handleHealth(mux *http.ServeMux) {
 	mux.HandleFunc("/health", s.serveHealth)
-	if s.cfg.EnablePprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write([]byte("ok\n"))
@@ -41,7 +33,6 @@ func (s *Server) HTTPHandler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	return mux
 }
 
 // checkStore does what etcd's health check does: a linearizable read.
@@ -52,14 +43,49 @@ func (s *Server) checkStore(ctx context.Context) error {
 	return err
 }
 
+// serveHealth answers as etcd's /health: unhealthy while an alarm is raised
+// (unless the request excludes its type with ?exclude=NOSPACE) or the store
+// cannot be read; GET only.
 func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
-	body := healthBody{Health: "true"}
-	code := http.StatusOK
-	if err := s.checkStore(r.Context()); err != nil {
-		body = healthBody{Health: "false", Reason: "QGET ERROR:" + err.Error()}
-		code = http.StatusServiceUnavailable
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(body)
+	body := s.alarmHealth(r.URL.Query()["exclude"])
+	if body.Health == "true" {
+		if err := s.checkStore(r.Context()); err != nil {
+			body = healthBody{Health: "false", Reason: "QGET ERROR:" + err.Error()}
+		}
+	}
+	d, _ := json.Marshal(body)
+	if body.Health != "true" {
+		http.Error(w, string(d), http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(d)
+}
+
+// alarmHealth is etcd's alarm check of /health: the first raised alarm
+// whose type is not excluded makes the member unhealthy.
+func (s *Server) alarmHealth(excluded []string) healthBody {
+	for _, a := range s.ops.alarms.Cached(pb.AlarmType_NONE) {
+		skip := false
+		for _, e := range excluded {
+			skip = skip || e == a.Alarm.String()
+		}
+		if skip {
+			continue
+		}
+		switch a.Alarm {
+		case pb.AlarmType_NOSPACE:
+			return healthBody{Health: "false", Reason: "ALARM NOSPACE"}
+		case pb.AlarmType_CORRUPT:
+			return healthBody{Health: "false", Reason: "ALARM CORRUPT"}
+		default:
+			return healthBody{Health: "false", Reason: "ALARM UNKNOWN"}
+		}
+	}
+	return healthBody{Health: "true"}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"sync"
 	"time"
@@ -14,6 +15,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/fdb-etcd/fdb-etcd/server/alarm"
+	"github.com/fdb-etcd/fdb-etcd/server/gateway"
 	"github.com/fdb-etcd/fdb-etcd/server/maintenance"
 	"github.com/fdb-etcd/fdb-etcd/server/metrics"
 	"github.com/fdb-etcd/fdb-etcd/server/reqlog"
@@ -27,8 +30,12 @@ import (
 type ops struct {
 	metrics *metrics.Metrics
 	tls     *tlsconfig.Reloader // nil without --cert-file
+	alarms  *alarm.Store        // set by registerAPI
 
 	initGRPC sync.Once
+
+	gatewayOnce sync.Once
+	gateway     *gateway.Gateway // nil when disabled or not yet serving
 
 	mu          sync.Mutex
 	readyChecks []readyCheck
@@ -210,7 +217,9 @@ func (s *Server) serveMetricsURLs() error {
 }
 
 // ServeMetricsListener serves /metrics and the health endpoints over
-// HTTP/1.1 on l.
+// HTTP/1.1 on l. Unlike the client port it serves no profiles and no
+// gateway, as etcd's metrics listeners do not: they are plain HTTP, without
+// client certificates, for scrapers and probes.
 func (s *Server) ServeMetricsListener(l net.Listener) {
 	s.initMetrics()
 	s.mu.Lock()
@@ -228,13 +237,72 @@ func (s *Server) ServeMetricsListener(l net.Listener) {
 	s.lg.Info("serving metrics", zap.String("address", l.Addr().String()))
 }
 
-// MetricsHandler serves /metrics and the health endpoints, on the client
-// port and the metrics listeners alike.
+// MetricsHandler serves what a metrics listener serves: /metrics and the
+// health endpoints.
 func (s *Server) MetricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", s.ops.metrics.Handler())
-	mux.Handle("/", s.HTTPHandler())
+	s.handleHealth(mux)
 	return mux
+}
+
+// clientHTTPHandler serves the client port's HTTP/1.1 side as etcd's does:
+// /metrics, the health endpoints, the /v3/ JSON gateway and, with
+// --enable-pprof, Go's profiles under /debug/pprof/ — behind the port's TLS
+// and client-certificate checks when it has them.
+func (s *Server) clientHTTPHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", s.ops.metrics.Handler())
+	s.handleHealth(mux)
+	if s.cfg.EnablePprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	if g := s.startGateway(); g != nil {
+		h := g.Handler()
+		mux.Handle("/v3/", h)
+		mux.Handle("/v3beta/", h)
+	}
+	return allowCORS(mux)
+}
+
+// startGateway starts the JSON gateway once, when the first client
+// listener is served (after every service is registered, as gRPC
+// requires).
+func (s *Server) startGateway() *gateway.Gateway {
+	s.ops.gatewayOnce.Do(func() {
+		if s.cfg.DisableGRPCGateway {
+			return
+		}
+		g, err := gateway.Start(s.grpc, s.lg)
+		if err != nil {
+			s.lg.Error("JSON gateway not started", zap.Error(err))
+			return
+		}
+		s.ops.gateway = g
+		s.OnShutdown(g.Close)
+	})
+	return s.ops.gateway
+}
+
+// allowCORS answers as etcd's client port does with its default --cors=*:
+// every response allows any origin, and a preflight OPTIONS request is
+// answered at once.
+func allowCORS(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Add("Access-Control-Allow-Methods", "POST, GET, OPTIONS, PUT, DELETE")
+		h.Add("Access-Control-Allow-Origin", "*")
+		h.Add("Access-Control-Allow-Headers", "accept, content-type, authorization")
+		if r.Method == http.MethodOptions {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // clientTLS is the TLS configuration for dialing other replicas; nil when

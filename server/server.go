@@ -32,7 +32,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/server/header"
 	"github.com/fdb-etcd/fdb-etcd/server/kv"
 	leasesvc "github.com/fdb-etcd/fdb-etcd/server/lease"
-	"github.com/fdb-etcd/fdb-etcd/server/maintenance"
+	"github.com/fdb-etcd/fdb-etcd/server/quota"
 	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig"
 	"github.com/fdb-etcd/fdb-etcd/server/watch"
 	"github.com/fdb-etcd/fdb-etcd/storage"
@@ -53,7 +53,8 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful drain on Stop.
 	ShutdownTimeout time.Duration
 	// EnablePprof serves Go's runtime profiles under /debug/pprof/ on the
-	// client port, as etcd's --enable-pprof does.
+	// client port (never on the metrics listeners), as etcd's
+	// --enable-pprof does.
 	EnablePprof bool
 	Logger      *zap.Logger
 	MVCC        mvcc.Config
@@ -83,6 +84,15 @@ type Config struct {
 	// expiry; its URL and Logger are filled in here, and its Clock is
 	// the lessor's unless set.
 	Owner owner.Config
+	// Quota is --quota-backend-bytes: writes that would take the store past
+	// it are refused and raise the NOSPACE alarm (package quota).
+	Quota quota.Config
+	// Members tunes this replica's record in the member registry (its TTL
+	// and clock); the server fills in its identity.
+	Members cluster.RegistryConfig
+	// DisableGRPCGateway turns off the /v3/ JSON gateway on the client port
+	// (etcd's --enable-grpc-gateway=false).
+	DisableGRPCGateway bool
 }
 
 // Defaults fills zero fields with etcd's defaults.
@@ -186,12 +196,14 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 		}),
 	)...)
 	kvStore, lessor := s.writeRoutes()
-	pb.RegisterKVServer(s.grpc, kv.New(kvStore, s.hdr, kv.Config{MaxTxnOps: cfg.MaxTxnOps, MaxRequestBytes: cfg.MaxRequestBytes}))
-	pb.RegisterMaintenanceServer(s.grpc, maintenance.New(store, db, s.hdr).WithSnapshotter(store.Snapshotter(mvcc.SnapshotConfig{MemberID: s.hdr.MemberID, MemberName: cfg.Name, ClientURLs: urlStrings(cfg.AdvertiseClientURLs), Term: header.RaftTerm, LeaseTTL: s.lessor.SnapshotTTL})))
-	pb.RegisterClusterServer(s.grpc, cluster.New(store, s.hdr,
-		cluster.Self(s.hdr.MemberID, cfg.Name, urlStrings(cfg.AdvertiseClientURLs), nil)))
-	pb.RegisterLeaseServer(s.grpc, leasesvc.New(lessor, s.hdr))
+	if err := s.registerAPI(context.Background(), kvStore, lessor); err != nil {
+		s.runShutdownHooks()
+		s.stopOwnership()
+		store.Close()
+		return nil, err
+	}
 	if err := s.startWatch(); err != nil {
+		s.runShutdownHooks()
 		s.stopOwnership()
 		store.Close()
 		return nil, err
@@ -333,9 +345,9 @@ func (s *Server) Serve() error {
 	return s.serveMetricsURLs()
 }
 
-// ServeListener serves gRPC (HTTP/2) and, over HTTP/1.1, the health endpoints
-// and /metrics, which etcd also serves on its client port (where Prometheus
-// setups for etcd scrape it).
+// ServeListener serves gRPC (HTTP/2) and, over HTTP/1.1, what etcd serves
+// there: the health endpoints, /metrics (where Prometheus setups for etcd
+// scrape it), the /v3/ JSON gateway and, with EnablePprof, profiles.
 func (s *Server) ServeListener(l net.Listener) {
 	s.initMetrics()
 	s.mu.Lock()
@@ -344,7 +356,7 @@ func (s *Server) ServeListener(l net.Listener) {
 	m := cmux.New(l)
 	grpcL := m.Match(cmux.HTTP2())
 	httpL := m.Match(cmux.Any())
-	hs := &http.Server{Handler: s.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: s.clientHTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
 	s.serving.Add(3)
 	go func() {
 		defer s.serving.Done()

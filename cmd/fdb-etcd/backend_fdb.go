@@ -11,8 +11,9 @@ import (
 // --fdb-cluster-file (see package storage/fdb for the key layout).
 func openFDB(c *config) (storage.DB, error) {
 	return fdb.Open(fdb.Options{
-		ClusterFile: c.fdbClusterFile,
-		Prefix:      c.fdbPrefix,
-		APIVersion:  c.fdbAPIVersion,
+		ClusterFile:   c.fdbClusterFile,
+		Prefix:        c.fdbPrefix,
+		APIVersion:    c.fdbAPIVersion,
+		ClientBuggify: c.fdbBuggify,
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fdb-etcd/fdb-etcd/server"
+	"github.com/fdb-etcd/fdb-etcd/storage/fdb"
 )
 
 type config struct {
@@ -22,6 +23,7 @@ type config struct {
 	fdbPrefix      string
 	fdbAPIVersion  int
 	forwardWrites  bool
+	fdbBuggify     fdb.ClientBuggify
 
 	test testHooks // test-only hooks (testhooks.go)
 }
@@ -52,8 +54,12 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.fdbPrefix, "fdb-prefix", "fdb-etcd", "key prefix of this keyspace inside FoundationDB (backend fdb)")
 	fs.IntVar(&c.fdbAPIVersion, "fdb-api-version", 730, "FoundationDB client API version (backend fdb)")
 	fs.BoolVar(&c.forwardWrites, "fdb-forward-writes", true, "send writes to the one replica that currently owns revision allocation, so replicas sharing a keyspace do not conflict on it (backend fdb); peers dial each other's first --advertise-client-urls")
+	fs.BoolVar(&c.fdbBuggify.Enable, "fdb-client-buggify", false, "TESTING AID, never in production: turn on FoundationDB's client-side fault injection (client_buggify_enable): the client library fails requests at random with retryable errors and commit_unknown_result, and delays them (backend fdb)")
+	fs.IntVar(&c.fdbBuggify.SectionActivatedPercent, "fdb-client-buggify-section-activated-probability", 0, "with --fdb-client-buggify: percent chance that each fault-injection section is active in this process (0: FoundationDB's default)")
+	fs.IntVar(&c.fdbBuggify.SectionFiredPercent, "fdb-client-buggify-section-fired-probability", 0, "with --fdb-client-buggify: percent chance that an active section fires each time it is reached (0: FoundationDB's default)")
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
 	finishOps := registerOpsFlags(fs, &c)
+	finishAPI := registerAPIFlags(fs, &c)
 	registerTestFlags(fs, &c.test)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -62,6 +68,7 @@ func parseFlags(args []string) (*config, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	c.server.MaxRequestBytes = int(*maxReq)
+	finishAPI()
 	if err := leaseTiming(&c.server, *heartbeat, *election); err != nil {
 		return nil, err
 	}
@@ -79,6 +86,9 @@ func parseFlags(args []string) (*config, error) {
 	}
 	if c.dataDir == "" {
 		c.dataDir = c.server.Name + ".etcd"
+	}
+	if err := checkBuggify(&c); err != nil {
+		return nil, err
 	}
 	switch c.backend {
 	case "pebble":
@@ -138,5 +148,23 @@ func leaseTiming(c *server.Config, heartbeatMs, electionMs uint) error {
 	minTTL := time.Duration((3*ticks)/2*heartbeatMs) * time.Millisecond
 	c.Lease.MinTTL = int64((minTTL + time.Second - 1) / time.Second)
 	c.Lease.Extend = time.Duration(electionMs) * time.Millisecond
+	return nil
+}
+
+// checkBuggify refuses client fault-injection settings that would be
+// ignored or that FoundationDB would refuse.
+func checkBuggify(c *config) error {
+	b := c.fdbBuggify
+	if !b.Enable && (b.SectionActivatedPercent != 0 || b.SectionFiredPercent != 0) {
+		return fmt.Errorf("--fdb-client-buggify-section-*-probability needs --fdb-client-buggify")
+	}
+	if b.Enable && c.backend != "fdb" {
+		return fmt.Errorf("--fdb-client-buggify needs --backend=fdb")
+	}
+	for _, p := range []int{b.SectionActivatedPercent, b.SectionFiredPercent} {
+		if p < 0 || p > 100 {
+			return fmt.Errorf("--fdb-client-buggify-section-*-probability: %d is not a percentage", p)
+		}
+	}
 	return nil
 }

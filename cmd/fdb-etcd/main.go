@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdb-etcd/fdb-etcd/server"
+	"github.com/fdb-etcd/fdb-etcd/storage/fdb"
 )
 
 func main() {
@@ -47,17 +48,29 @@ func run(args []string) error {
 	cfg.server.Logger = lg
 	cfg.server.BuildVersion = buildVersion()
 
-	db, err := openBackend(cfg)
+	if cfg.fdbBuggify.Enable {
+		lg.Warn("TESTING AID: FoundationDB client buggify is on; the client library injects faults into every transaction",
+			zap.Int("section-activated-percent", cfg.fdbBuggify.SectionActivatedPercent),
+			zap.Int("section-fired-percent", cfg.fdbBuggify.SectionFiredPercent))
+	}
+	backend, err := openBackend(cfg)
 	if err != nil {
 		return err
 	}
-	if db, err = cfg.test.wrap(db, lg); err != nil { // test-only hooks, off by default
+	db, err := cfg.test.wrap(backend, lg) // test-only hooks, off by default
+	if err != nil {
 		return err
 	}
 	srv, err := server.New(cfg.server, db)
 	if err != nil {
 		_ = db.Close()
 		return err
+	}
+	// The backend's own client measurements (FoundationDB's retries by
+	// error code, commit and read-version latency, recoveries seen) go to
+	// the server's metrics. The backend, not db: test hooks may wrap it.
+	if o, ok := backend.(interface{ SetObserver(fdb.Observer) }); ok {
+		o.SetObserver(srv.Metrics())
 	}
 	if err := srv.Serve(); err != nil {
 		srv.Stop()

@@ -132,3 +132,19 @@ func TestBinaryProductionMode(t *testing.T) {
 		t.Fatal("healthy after exit")
 	}
 }
+
+// TestAPIFlags: etcd's --quota-backend-bytes (0, etcd's default, means
+// 2 GiB) and --enable-grpc-gateway (on by default).
+func TestAPIFlags(t *testing.T) {
+	c, err := parseFlags(nil)
+	if err != nil || c.server.Quota.Bytes != 0 || c.server.DisableGRPCGateway {
+		t.Fatalf("defaults: quota %d, gateway disabled %t, %v", c.server.Quota.Bytes, c.server.DisableGRPCGateway, err)
+	}
+	c, err = parseFlags([]string{"--quota-backend-bytes", "8589934592", "--enable-grpc-gateway=false"})
+	if err != nil || c.server.Quota.Bytes != 8<<30 || !c.server.DisableGRPCGateway {
+		t.Fatalf("parsed: quota %d, gateway disabled %t, %v", c.server.Quota.Bytes, c.server.DisableGRPCGateway, err)
+	}
+	if _, err := parseFlags([]string{"--quota-backend-bytes", "2GiB"}); err == nil {
+		t.Fatal("--quota-backend-bytes=2GiB accepted; etcd takes a byte count")
+	}
+}

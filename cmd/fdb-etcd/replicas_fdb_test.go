@@ -47,7 +47,7 @@ func buildFDBBinary(t *testing.T) string {
 	return bin
 }
 
-func startReplica(t *testing.T, bin, name, clusterFile, prefix string) *replica {
+func startReplica(t *testing.T, bin, name, clusterFile, prefix string, extra ...string) *replica {
 	t.Helper()
 	addr := freePort(t)
 	log := filepath.Join(t.TempDir(), name+".log")
@@ -59,6 +59,7 @@ func startReplica(t *testing.T, bin, name, clusterFile, prefix string) *replica 
 	cmd := exec.Command(bin, "--name", name, "--data-dir", t.TempDir(),
 		"--listen-client-urls", "http://"+addr, "--advertise-client-urls", "http://"+addr,
 		"--backend", "fdb", "--fdb-cluster-file", clusterFile, "--fdb-prefix", prefix)
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,8 @@ package main
 //	--experimental-persisted-journal
 //	    keeps mvcc.Journal, a copy of every persisted request that compaction
 //	    never removes; `fdb-etcd experimental-export-persisted --data-dir D`
-//	    prints it (as JSON) once the server has stopped.
+//	    (or --backend fdb --fdb-cluster-file F --fdb-prefix P) prints it (as
+//	    JSON) once the servers have stopped.
 
 import (
 	"context"
@@ -32,7 +33,6 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/faulty"
-	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
 )
 
 type testHooks struct {
@@ -129,18 +129,27 @@ func (h *testHooks) wrap(db storage.DB, lg *zap.Logger) (storage.DB, error) {
 	return f, nil
 }
 
-// exportPersisted is `fdb-etcd experimental-export-persisted`: it opens a
-// stopped embedded store and prints its journaled persisted requests.
+// exportPersisted is `fdb-etcd experimental-export-persisted`: it opens the
+// store of stopped servers that ran with --experimental-persisted-journal
+// (an embedded data dir, or a FoundationDB keyspace) and prints its
+// journaled persisted requests.
 func exportPersisted(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("experimental-export-persisted", flag.ContinueOnError)
-	dir := fs.String("data-dir", "default.etcd", "data directory of a stopped embedded server that ran with --experimental-persisted-journal")
+	var c config
+	fs.StringVar(&c.dataDir, "data-dir", "default.etcd", "data directory of a stopped embedded server")
+	fs.StringVar(&c.backend, "backend", "pebble", "storage backend: pebble or fdb")
+	fs.StringVar(&c.fdbClusterFile, "fdb-cluster-file", "/etc/foundationdb/fdb.cluster", "FoundationDB cluster file (backend fdb)")
+	fs.StringVar(&c.fdbPrefix, "fdb-prefix", "fdb-etcd", "the keyspace's --fdb-prefix (backend fdb)")
+	fs.IntVar(&c.fdbAPIVersion, "fdb-api-version", 730, "FoundationDB client API version (backend fdb)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if _, err := os.Stat(*dir); err != nil {
-		return err
+	if c.backend != "fdb" {
+		if _, err := os.Stat(c.dataDir); err != nil {
+			return err
+		}
 	}
-	db, err := pebble.Open(*dir, pebble.Options{})
+	db, err := openBackend(&c)
 	if err != nil {
 		return err
 	}

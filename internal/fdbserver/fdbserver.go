@@ -1,10 +1,18 @@
-// Package fdbserver starts and stops a throwaway single-process FoundationDB
-// server on a free loopback port, for tests. It only runs the fdbserver and
-// fdbcli executables, so it needs neither cgo nor libfdb_c, and test modules
-// that drive a prebuilt fdb-etcd binary can use it too.
+// Package fdbserver starts and stops throwaway FoundationDB clusters on
+// loopback, for tests: the single-process `single memory` cluster the fast
+// suites share, and clusters of several processes with real redundancy
+// (double, triple) and durable storage engines (ssd-2, ssd-redwood-1) whose
+// processes a test can kill, pause, restart, exclude or reboot to force
+// recoveries, as FoundationDB fails in production.
+//
+// It only runs the fdbserver and fdbcli executables, so it needs neither cgo
+// nor libfdb_c, and test modules that drive a prebuilt fdb-etcd binary can
+// use it too. The executables come from $FDB_HOME/bin when FDB_HOME is set,
+// else from PATH (Config.BinDir overrides both).
 package fdbserver
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -15,38 +23,128 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
 )
 
-// startTimeout bounds starting and configuring one attempt.
-const startTimeout = 90 * time.Second
+// startTimeout bounds starting, configuring and waiting for one attempt.
+const startTimeout = 3 * time.Minute
 
-// Server is a running throwaway fdbserver.
-type Server struct {
-	root        string
-	clusterFile string
-	cmd         *exec.Cmd
-	exited      chan struct{}
-	waitErr     error
+// Config describes a cluster. The zero value is the fast suites' cluster:
+// one process, `single memory`.
+type Config struct {
+	// Processes is the number of fdbserver processes (default 1). Each has
+	// its own loopback port, data and log directories, and zone and machine
+	// id, so that double and triple redundancy can place replicas.
+	Processes int
+	// Redundancy is single (default), double or triple.
+	Redundancy string
+	// Storage is the storage engine: memory (default), ssd-2 or
+	// ssd-redwood-1.
+	Storage string
+	// Coordinators is how many processes (the first ones) coordinate;
+	// default 3, or 1 when there are fewer than 3 processes.
+	Coordinators int
+	// Classes are the processes' classes (storage, transaction, stateless,
+	// ...), by index; missing or "" leaves a process unset.
+	Classes []string
+	// Knobs are server knobs, name=value, given to every process
+	// (--knob_name=value); nil means DefaultKnobs().
+	Knobs []string
+	// BinDir holds fdbserver and fdbcli; "" means $FDB_HOME/bin when
+	// FDB_HOME is set, else PATH.
+	BinDir string
 }
 
-// Missing returns which of the executables Start needs is not on PATH, or "".
-func Missing() string {
-	for _, bin := range []string{"fdbserver", "fdbcli"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			return bin + " not found on PATH"
+func (c Config) withDefaults() Config {
+	if c.Processes <= 0 {
+		c.Processes = 1
+	}
+	if c.Redundancy == "" {
+		c.Redundancy = "single"
+	}
+	if c.Storage == "" {
+		c.Storage = "memory"
+	}
+	if c.Coordinators <= 0 {
+		c.Coordinators = 3
+	}
+	c.Coordinators = min(c.Coordinators, c.Processes)
+	if c.Knobs == nil {
+		c.Knobs = DefaultKnobs()
+	}
+	if c.BinDir == "" {
+		if home := os.Getenv("FDB_HOME"); home != "" {
+			c.BinDir = filepath.Join(home, "bin")
 		}
+	}
+	return c
+}
+
+// DefaultKnobs are the server knobs of a test cluster: data distribution
+// starts reacting to failures 5 s after a process starts instead of 30 s, so
+// a new cluster reports its data healthy about 25 s sooner (a whole-cluster
+// restart has its processes back well within 5 s).
+func DefaultKnobs() []string {
+	return []string{"initial_failure_reaction_delay=5"}
+}
+
+// binaries returns the paths of fdbserver and fdbcli.
+func (c Config) binaries() (server, cli string, err error) {
+	find := func(name string) (string, error) {
+		if c.BinDir != "" {
+			p := filepath.Join(c.BinDir, name)
+			if _, err := os.Stat(p); err != nil {
+				return "", fmt.Errorf("%s not found in %s", name, c.BinDir)
+			}
+			return p, nil
+		}
+		p, err := exec.LookPath(name)
+		if err != nil {
+			return "", fmt.Errorf("%s not found on PATH", name)
+		}
+		return p, nil
+	}
+	if server, err = find("fdbserver"); err != nil {
+		return "", "", err
+	}
+	if cli, err = find("fdbcli"); err != nil {
+		return "", "", err
+	}
+	return server, cli, nil
+}
+
+// Missing returns which of the executables a cluster needs cannot be found
+// ($FDB_HOME/bin when FDB_HOME is set, else PATH), or "".
+func Missing() string {
+	if _, _, err := (Config{}).withDefaults().binaries(); err != nil {
+		return err.Error()
 	}
 	return ""
 }
 
-// Start starts a server with its data in a new temporary directory and
-// configures it as "new single memory". A port taken between choosing and
-// binding it costs another attempt, not a failure.
-func Start() (*Server, error) {
-	if m := Missing(); m != "" {
-		return nil, errors.New(m)
+// Cluster is a running throwaway FoundationDB cluster.
+type Cluster struct {
+	cfg         Config
+	root        string // the cluster's files: cluster file, one directory per process
+	clusterFile string
+	serverBin   string
+	cliBin      string
+	procs       []*process
+}
+
+// Start starts the fast suites' cluster: one process, `single memory`.
+func Start() (*Cluster, error) { return StartCluster(Config{}) }
+
+// StartCluster starts cfg.Processes processes in a new temporary directory,
+// configures the database and waits until it is available and, with more
+// than one process, healthy (fully recovered, data fully replicated). Ports taken between choosing and
+// binding them cost another attempt, not a failure.
+func StartCluster(cfg Config) (*Cluster, error) {
+	cfg = cfg.withDefaults()
+	server, cli, err := cfg.binaries()
+	if err != nil {
+		return nil, err
 	}
 	root, err := os.MkdirTemp("", "fdbserver-")
 	if err != nil {
@@ -54,118 +152,139 @@ func Start() (*Server, error) {
 	}
 	var errs []error
 	for attempt := 1; attempt <= 3; attempt++ {
-		s, err := tryStart(root, attempt)
+		c := &Cluster{cfg: cfg, root: filepath.Join(root, strconv.Itoa(attempt)), serverBin: server, cliBin: cli}
+		err := c.start()
 		if err == nil {
-			return s, nil
+			return c, nil
 		}
+		c.killAll()
 		errs = append(errs, fmt.Errorf("attempt %d: %w", attempt, err))
 	}
 	return nil, fmt.Errorf("%w (logs in %s)", errors.Join(errs...), root)
 }
 
-// ClusterFile is the path of the server's cluster file.
-func (s *Server) ClusterFile() string { return s.clusterFile }
-
-func tryStart(root string, attempt int) (*Server, error) {
-	port, err := freePort()
+func (c *Cluster) start() error {
+	addrs, err := freeAddrs(c.cfg.Processes)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	dir := filepath.Join(root, strconv.Itoa(attempt))
+	if err := os.MkdirAll(c.root, 0o755); err != nil {
+		return err
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	c.clusterFile = filepath.Join(c.root, "fdb.cluster")
+	coords := strings.Join(addrs[:c.cfg.Coordinators], ",")
+	if err := os.WriteFile(c.clusterFile, []byte("fdbtest:"+hex.EncodeToString(id[:])+"@"+coords+"\n"), 0o644); err != nil {
+		return err
+	}
+	for i, addr := range addrs {
+		p, err := c.newProcess(i, addr)
+		if err != nil {
+			return err
+		}
+		c.procs = append(c.procs, p)
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	configure := "configure new " + c.cfg.Redundancy + " " + c.cfg.Storage
+	if err := c.cliUntil(ctx, configure, "Database created", "already exists"); err != nil {
+		return fmt.Errorf("%s: %w", configure, err)
+	}
+	if len(c.procs) == 1 {
+		// Nothing to replicate: the fast suites' cluster is ready once it
+		// answers.
+		if err := c.WaitAvailable(ctx); err != nil {
+			return fmt.Errorf("wait until available: %w", err)
+		}
+		return nil
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		return fmt.Errorf("wait until healthy: %w", err)
+	}
+	return nil
+}
+
+func (c *Cluster) newProcess(i int, addr string) (*process, error) {
+	dir := filepath.Join(c.root, fmt.Sprintf("p%d", i))
 	for _, sub := range []string{"data", "logs"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return nil, err
 		}
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	var id [8]byte
-	_, _ = rand.Read(id[:])
-	cf := filepath.Join(dir, "fdb.cluster")
-	if err := os.WriteFile(cf, []byte("fdbtest:"+hex.EncodeToString(id[:])+"@"+addr+"\n"), 0o644); err != nil {
-		return nil, err
-	}
-	out, err := os.Create(filepath.Join(dir, "fdbserver.out"))
-	if err != nil {
-		return nil, err
-	}
-	defer out.Close()
-	cmd := exec.Command("fdbserver",
+	args := []string{
 		"--public-address", addr, "--listen-address", addr,
-		"--cluster-file", cf,
+		"--cluster-file", c.clusterFile,
 		"--datadir", filepath.Join(dir, "data"),
-		"--logdir", filepath.Join(dir, "logs"))
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = procAttr()
-	if err := cmd.Start(); err != nil {
-		return nil, err
+		"--logdir", filepath.Join(dir, "logs"),
+		// Distinct localities: double and triple redundancy place replicas
+		// on distinct zones, and could not recover on one "machine".
+		"--locality-zoneid", fmt.Sprintf("z%d", i),
+		"--locality-machineid", fmt.Sprintf("m%d", i),
 	}
-	s := &Server{root: root, clusterFile: cf, cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.exited)
-	}()
-	deadline := time.Now().Add(startTimeout)
-	if err := s.cli(deadline, "configure new single memory", "Database created"); err != nil {
-		s.kill()
-		return nil, fmt.Errorf("configure new single memory: %w", err)
+	for _, k := range c.cfg.Knobs {
+		args = append(args, "--knob_"+k)
 	}
-	if err := s.cli(deadline, "status minimal", "The database is available"); err != nil {
-		s.kill()
-		return nil, fmt.Errorf("wait until available: %w", err)
+	if i < len(c.cfg.Classes) && c.cfg.Classes[i] != "" {
+		args = append(args, "--class", c.cfg.Classes[i])
 	}
-	return s, nil
+	return &process{index: i, addr: addr, bin: c.serverBin, args: args, out: filepath.Join(dir, "fdbserver.out")}, nil
 }
 
-// cli runs fdbcli --exec command until its output contains want.
-func (s *Server) cli(deadline time.Time, command, want string) error {
-	var last string
-	for time.Now().Before(deadline) {
-		select {
-		case <-s.exited:
-			log, _ := os.ReadFile(filepath.Join(filepath.Dir(s.clusterFile), "fdbserver.out"))
-			return fmt.Errorf("fdbserver exited (%v): %s", s.waitErr, strings.TrimSpace(string(log)))
-		default:
-		}
-		out, _ := exec.Command("fdbcli", "--cluster-file", s.clusterFile, "--timeout", "10",
-			"--exec", command).CombinedOutput()
-		last = strings.TrimSpace(string(out))
-		if strings.Contains(last, want) {
-			return nil
-		}
-		if command == "configure new single memory" && strings.Contains(last, "already exists") {
-			return nil // an earlier try got through but timed out before saying so
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return fmt.Errorf("fdbcli --exec %q: no %q before the deadline; last output: %s", command, want, last)
-}
+// ClusterFile is the path of the cluster's cluster file.
+func (c *Cluster) ClusterFile() string { return c.clusterFile }
 
-func (s *Server) kill() {
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-}
+// Size is the number of processes.
+func (c *Cluster) Size() int { return len(c.procs) }
 
-// Stop ends the server and removes its files, unless keep (tests failed: its
-// logs may tell why), in which case it says where they are.
-func (s *Server) Stop(keep bool) {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(10 * time.Second):
-		s.kill()
+// Addr is process i's address (127.0.0.1:port), as status json names it.
+func (c *Cluster) Addr(i int) string { return c.procs[i].addr }
+
+// Stop ends every process and removes the cluster's files, unless keep
+// (tests failed: the trace logs may tell why), in which case it says where
+// they are.
+func (c *Cluster) Stop(keep bool) {
+	var wg sync.WaitGroup
+	for _, p := range c.procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.terminate(10 * time.Second)
+		}()
 	}
+	wg.Wait()
 	if keep {
-		fmt.Fprintf(os.Stderr, "fdbserver: files kept in %s\n", s.root)
+		fmt.Fprintf(os.Stderr, "fdbserver: files kept in %s\n", filepath.Dir(c.root))
 		return
 	}
-	_ = os.RemoveAll(s.root)
+	_ = os.RemoveAll(filepath.Dir(c.root))
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+func (c *Cluster) killAll() {
+	for _, p := range c.procs {
+		_ = p.kill()
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freeAddrs returns n distinct free loopback addresses.
+func freeAddrs(n int) ([]string, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
 }

@@ -1,6 +1,8 @@
-// Package cluster is etcd's Cluster service. fdb-etcd's members are not raft
-// peers: membership is not changed through this API, and each process
-// reports itself.
+// Package cluster is etcd's Cluster service. fdb-etcd's members are the
+// replicas serving one store, listed from a registry in that store
+// (Registry). They are not raft peers: a replica joins by starting and
+// leaves by stopping, so the membership-changing calls answer with etcd's
+// errors instead of changing anything.
 package cluster
 
 import (
@@ -8,23 +10,18 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/types"
 
 	"github.com/fdb-etcd/fdb-etcd/server/errmap"
 	"github.com/fdb-etcd/fdb-etcd/server/header"
 )
 
-// Revisioner reports the current revision for response headers.
-type Revisioner interface {
-	Rev(ctx context.Context) (rev, compacted int64, err error)
-}
-
-// Members lists the members to report; the default is just this process.
+// Members lists the members to report, ordered by id.
 type Members func(ctx context.Context) ([]*pb.Member, error)
 
 // Server implements pb.ClusterServer.
 type Server struct {
 	pb.UnsafeClusterServer
-	store   Revisioner
 	hdr     header.Filler
 	members Members
 }
@@ -32,26 +29,13 @@ type Server struct {
 var _ pb.ClusterServer = (*Server)(nil)
 
 // New returns the Cluster service.
-func New(store Revisioner, hdr header.Filler, members Members) *Server {
-	return &Server{store: store, hdr: hdr, members: members}
+func New(hdr header.Filler, members Members) *Server {
+	return &Server{hdr: hdr, members: members}
 }
 
-// Self returns a Members that reports one member.
-func Self(id uint64, name string, clientURLs, peerURLs []string) Members {
-	return func(context.Context) ([]*pb.Member, error) {
-		return []*pb.Member{{ID: id, Name: name, ClientURLs: clientURLs, PeerURLs: peerURLs}}, nil
-	}
-}
-
-func (s *Server) header(ctx context.Context) (*pb.ResponseHeader, error) {
-	rev, _, err := s.store.Rev(ctx)
-	if err != nil {
-		return nil, errmap.ToGRPC(err)
-	}
-	return s.hdr.New(rev), nil
-}
-
-// MemberList lists the members. Like etcd's, its header carries no revision.
+// MemberList lists the members. Like etcd's, its header carries no
+// revision, and a linearizable request needs nothing more: the list is read
+// from the store.
 func (s *Server) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
 	h := s.hdr.New(0)
 	ms, err := s.members(ctx)
@@ -61,23 +45,28 @@ func (s *Server) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.M
 	return &pb.MemberListResponse{Header: h, Members: ms}, nil
 }
 
-// MemberAdd is refused: members are fdb-etcd processes sharing a store, not
-// raft peers, and join by starting.
-func (s *Server) MemberAdd(context.Context, *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
+// MemberAdd validates the peer URLs as etcd does, then refuses: replicas
+// join by starting against the same store, not through raft.
+func (s *Server) MemberAdd(_ context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
+	if _, err := types.NewURLs(r.PeerURLs); err != nil {
+		return nil, rpctypes.ErrGRPCMemberBadURLs
+	}
 	return nil, rpctypes.ErrGRPCNotCapable
 }
 
-// MemberRemove only knows the members it lists.
+// MemberRemove knows the members it lists, and removes none: a replica
+// leaves the list by stopping (or when its record's TTL runs out).
 func (s *Server) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
 	return nil, s.unknownOrNotCapable(ctx, r.ID)
 }
 
-// MemberUpdate only knows the members it lists.
+// MemberUpdate knows the members it lists; they have no peer URLs to
+// update.
 func (s *Server) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
 	return nil, s.unknownOrNotCapable(ctx, r.ID)
 }
 
-// MemberPromote: there are no learners.
+// MemberPromote: every member votes; etcd answers so for a voting member.
 func (s *Server) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
 	if err := s.unknownOrNotCapable(ctx, r.ID); err != rpctypes.ErrGRPCNotCapable {
 		return nil, err

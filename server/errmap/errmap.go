@@ -54,3 +54,14 @@ func ToGRPC(err error) error {
 	}
 	return status.Error(codes.Unknown, err.Error())
 }
+
+// Wire is the status a client receives for a handler's error: the error's
+// own status, or for a bare context error (ToGRPC passes them through, as
+// etcd does) the Canceled or DeadlineExceeded that gRPC substitutes, not
+// Unknown. Metrics and the slow-request log report what the client saw.
+func Wire(err error) *status.Status {
+	if s, ok := status.FromError(err); ok {
+		return s
+	}
+	return status.FromContextError(err)
+}

@@ -1,14 +1,15 @@
 // Package maintenance is etcd's Maintenance service for a single logical
-// member: status that kube-apiserver's version check accepts, alarms,
-// defragmentation and KV hashes computed from etcd's own inputs.
+// member: status that kube-apiserver's version check accepts, the alarms
+// stored for every replica, defragmentation and KV hashes computed from
+// etcd's own inputs.
 package maintenance
 
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"hash/crc32"
 	"io"
-	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -44,35 +45,57 @@ type Defragmenter interface {
 
 // Snapshotter opens a point-in-time etcd backend database (a bbolt file with
 // etcd's schema, without the checksum the RPC appends) and tells its size;
-// WithSnapshotter supplies it.
+// Config.Snapshotter supplies it.
 type Snapshotter interface {
 	OpenSnapshot(ctx context.Context) (db io.ReadCloser, size int64, err error)
+}
+
+// Alarms is the stored alarm set (package alarm).
+type Alarms interface {
+	// List reads the alarms of a type (every type for NONE) from the store.
+	List(ctx context.Context, t pb.AlarmType) ([]*pb.AlarmMember, error)
+	// Cached lists them as last seen, without a storage read.
+	Cached(t pb.AlarmType) []*pb.AlarmMember
+	Activate(ctx context.Context, member uint64, t pb.AlarmType) (*pb.AlarmMember, error)
+	Deactivate(ctx context.Context, member uint64, t pb.AlarmType) (*pb.AlarmMember, error)
+}
+
+// Quota is the backend quota (package quota).
+type Quota interface {
+	// Bytes is the quota Status reports.
+	Bytes() int64
+	// Refresh re-reads the store's size, so that writes are measured
+	// against the space that defragmentation or a disarm made available.
+	Refresh()
+}
+
+// Config is what the service is built from. Sizer, Defragmenter and
+// Snapshotter are optional capabilities of the backend; nil when it lacks
+// them.
+type Config struct {
+	Store        Store
+	Header       header.Filler
+	Alarms       Alarms
+	Quota        Quota
+	Sizer        Sizer
+	Defragmenter Defragmenter
+	// Snapshotter serves Snapshot; without it Snapshot is not supported.
+	Snapshotter Snapshotter
 }
 
 // Server implements pb.MaintenanceServer.
 type Server struct {
 	pb.UnsafeMaintenanceServer
-	store   Store
-	backend any // probed for Sizer and Defragmenter
-	hdr     header.Filler
-	snap    Snapshotter // nil: Snapshot is not supported
-
-	mu     sync.Mutex
-	alarms map[pb.AlarmType]bool
+	cfg   Config
+	store Store
+	hdr   header.Filler
 }
 
 var _ pb.MaintenanceServer = (*Server)(nil)
 
-// New returns the Maintenance service. backend is probed for the optional
-// capabilities.
-func New(store Store, backend any, hdr header.Filler) *Server {
-	return &Server{store: store, backend: backend, hdr: hdr, alarms: map[pb.AlarmType]bool{}}
-}
-
-// WithSnapshotter makes Snapshot stream the databases sn opens.
-func (s *Server) WithSnapshotter(sn Snapshotter) *Server {
-	s.snap = sn
-	return s
+// New returns the Maintenance service.
+func New(cfg Config) *Server {
+	return &Server{cfg: cfg, store: cfg.Store, hdr: cfg.Header}
 }
 
 func (s *Server) header(ctx context.Context) (*pb.ResponseHeader, int64, error) {
@@ -83,48 +106,47 @@ func (s *Server) header(ctx context.Context) (*pb.ResponseHeader, int64, error) 
 	return s.hdr.New(rev), rev, nil
 }
 
-// Alarm lists, raises and clears alarms of this member.
+// Alarm lists, raises and clears alarms as etcd's apply layer does: for the
+// member the request names, in the store every replica shares.
 func (s *Server) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	h, _, err := s.header(ctx)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	resp := &pb.AlarmResponse{Header: h}
-	member := func(t pb.AlarmType) *pb.AlarmMember {
-		return &pb.AlarmMember{MemberID: s.hdr.MemberID, Alarm: t}
-	}
+	resp := &pb.AlarmResponse{}
+	var (
+		m   *pb.AlarmMember
+		err error
+	)
 	switch r.Action {
 	case pb.AlarmRequest_GET:
-		for t := range s.alarms {
-			if r.Alarm == pb.AlarmType_NONE || r.Alarm == t {
-				resp.Alarms = append(resp.Alarms, member(t))
-			}
-		}
+		resp.Alarms, err = s.cfg.Alarms.List(ctx, r.Alarm)
 	case pb.AlarmRequest_ACTIVATE:
-		if r.Alarm != pb.AlarmType_NONE && !s.alarms[r.Alarm] {
-			s.alarms[r.Alarm] = true
-			resp.Alarms = append(resp.Alarms, member(r.Alarm))
-		}
+		m, err = s.cfg.Alarms.Activate(ctx, r.MemberID, r.Alarm)
 	case pb.AlarmRequest_DEACTIVATE:
-		if s.alarms[r.Alarm] {
-			delete(s.alarms, r.Alarm)
-			resp.Alarms = append(resp.Alarms, member(r.Alarm))
+		m, err = s.cfg.Alarms.Deactivate(ctx, r.MemberID, r.Alarm)
+		if err == nil && r.Alarm == pb.AlarmType_NOSPACE {
+			s.cfg.Quota.Refresh()
 		}
+	}
+	if err != nil {
+		return nil, errmap.ToGRPC(err)
+	}
+	if m != nil {
+		resp.Alarms = append(resp.Alarms, m)
+	}
+	if resp.Header, _, err = s.header(ctx); err != nil {
+		return nil, err
 	}
 	return resp, nil
 }
 
-// Status reports this member.
+// Status reports this member, with every raised alarm among its errors as
+// etcd reports them.
 func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	h, rev, err := s.header(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var size int64
-	if sz, ok := s.backend.(Sizer); ok {
-		if size, err = sz.Size(); err != nil {
+	if s.cfg.Sizer != nil {
+		if size, err = s.cfg.Sizer.Size(); err != nil {
 			return nil, errmap.ToGRPC(err)
 		}
 	}
@@ -133,41 +155,31 @@ func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRes
 		Version:          Version,
 		DbSize:           size,
 		DbSizeInUse:      size,
+		DbSizeQuota:      s.cfg.Quota.Bytes(),
 		Leader:           s.hdr.MemberID,
 		RaftIndex:        uint64(rev),
 		RaftAppliedIndex: uint64(rev),
 		RaftTerm:         header.RaftTerm,
 		StorageVersion:   StorageVersion,
+		DowngradeInfo:    &pb.DowngradeInfo{},
 	}
-	s.mu.Lock()
-	for t := range s.alarms {
-		resp.Errors = append(resp.Errors, "memberID:"+uintString(s.hdr.MemberID)+" alarm:"+t.String())
+	for _, a := range s.cfg.Alarms.Cached(pb.AlarmType_NONE) {
+		// etcd 3.6 renders the alarm with gogoproto's compact text format,
+		// trailing space included.
+		resp.Errors = append(resp.Errors, fmt.Sprintf("memberID:%d alarm:%s ", a.MemberID, a.Alarm))
 	}
-	s.mu.Unlock()
 	return resp, nil
 }
 
-func uintString(v uint64) string {
-	if v == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for v > 0 {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return string(b[i:])
-}
-
-// Defragment compacts the store's files where the backend can.
+// Defragment compacts the store's files where the backend can, then
+// re-reads the store's size for the quota.
 func (s *Server) Defragment(ctx context.Context, _ *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
-	if d, ok := s.backend.(Defragmenter); ok {
-		if err := d.Defragment(ctx); err != nil {
+	if s.cfg.Defragmenter != nil {
+		if err := s.cfg.Defragmenter.Defragment(ctx); err != nil {
 			return nil, errmap.ToGRPC(err)
 		}
 	}
+	s.cfg.Quota.Refresh()
 	h, _, err := s.header(ctx)
 	if err != nil {
 		return nil, err
@@ -207,10 +219,10 @@ const snapshotChunk = 32 * 1024
 // bytes still to come, then the sha256 of the database as the last message,
 // every message carrying the storage version and no header.
 func (s *Server) Snapshot(r *pb.SnapshotRequest, stream grpc.ServerStreamingServer[pb.SnapshotResponse]) error {
-	if s.snap == nil {
+	if s.cfg.Snapshotter == nil {
 		return rpctypes.ErrGRPCNotCapable
 	}
-	db, total, err := s.snap.OpenSnapshot(stream.Context())
+	db, total, err := s.cfg.Snapshotter.OpenSnapshot(stream.Context())
 	if err != nil {
 		return errmap.ToGRPC(err)
 	}

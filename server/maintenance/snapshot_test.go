@@ -11,8 +11,6 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
-
-	"github.com/fdb-etcd/fdb-etcd/server/header"
 )
 
 type fakeSnap struct {
@@ -52,7 +50,7 @@ func TestSnapshotStreamsLikeEtcd(t *testing.T) {
 		db[i] = byte(i * 13)
 	}
 	fs := &fakeSnap{db: bytes.Clone(db)}
-	s := New(nil, nil, header.Filler{}).WithSnapshotter(fs)
+	s := New(Config{Snapshotter: fs})
 	st := &sendStream{}
 	if err := s.Snapshot(&pb.SnapshotRequest{}, st); err != nil {
 		t.Fatal(err)
@@ -78,7 +76,7 @@ func TestSnapshotStreamsLikeEtcd(t *testing.T) {
 }
 
 func TestSnapshotNotCapable(t *testing.T) {
-	s := New(nil, nil, header.Filler{})
+	s := New(Config{})
 	if err := s.Snapshot(&pb.SnapshotRequest{}, &sendStream{}); !errors.Is(err, rpctypes.ErrGRPCNotCapable) {
 		t.Fatalf("got %v", err)
 	}

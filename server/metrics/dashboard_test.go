@@ -37,6 +37,7 @@ func TestDashboardUsesExportedMetrics(t *testing.T) {
 	m.ObserveBatch(1, 1, time.Millisecond)
 	m.ObserveCompaction(time.Millisecond, 1)
 	m.ObserveRetry(storage.ErrNotCommitted)
+	m.ObserveFDBRetry(1020, storage.ErrNotCommitted)
 	_, _ = m.UnaryServerInterceptor()(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/etcdserverpb.KV/Range"},
 		func(context.Context, any) (any, error) { return nil, nil })
 	_ = m.StreamServerInterceptor()(nil, fakeStream{}, &grpc.StreamServerInfo{FullMethod: "/etcdserverpb.Watch/Watch", IsClientStream: true, IsServerStream: true},

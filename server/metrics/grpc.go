@@ -10,7 +10,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/fdb-etcd/fdb-etcd/server/errmap"
 )
 
 // grpcMetrics are go-grpc-prometheus' server metrics, under its names and
@@ -55,7 +56,7 @@ func (g *grpcMetrics) series(full, typ string) *methodSeries {
 }
 
 func (g *grpcMetrics) handledBy(ms *methodSeries, err error) {
-	code := status.Code(err)
+	code := errmap.Wire(err).Code()
 	if code == codes.OK {
 		ms.handledOK.Inc()
 		return

@@ -3,11 +3,18 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/fdb-etcd/fdb-etcd/server/metrics"
 	"github.com/fdb-etcd/fdb-etcd/storage"
@@ -66,6 +73,10 @@ func TestNilMetricsHooksAreNoOps(t *testing.T) {
 	m.SetWatchSource(nil)
 	m.SetStore(nil, nil)
 	m.ObserveRetry(storage.ErrNotCommitted)
+	m.ObserveFDBRetry(1020, storage.ErrNotCommitted)
+	m.ObserveFDBCommit(time.Millisecond, nil)
+	m.ObserveFDBReadVersion(time.Millisecond)
+	m.ObserveFDBRecovery()
 	m.InitializeGRPC(grpc.NewServer())
 	db := faulty.Wrap(nil, faulty.Options{})
 	if got := m.WrapStorage(db); got != storage.DB(db) {
@@ -264,4 +275,112 @@ type failingStore struct{}
 func (failingStore) Rev(ctx context.Context) (int64, int64, error) {
 	<-ctx.Done()
 	return 0, 0, ctx.Err()
+}
+
+// TestFDBClientMetrics: what storage/fdb observes of FoundationDB's client
+// (it calls these methods as its Observer) lands in the fdb_etcd_fdb_*
+// series, and retries it reports are classified once, not again by the
+// storage wrapper.
+func TestFDBClientMetrics(t *testing.T) {
+	inner, err := pebble.Open(t.TempDir(), pebble.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	m := metrics.New(metrics.Options{})
+	db := m.WrapStorage(inner)
+	conflict := fmt.Errorf("%w: fdb error 1020", storage.ErrNotCommitted)
+	n := 0
+	// As storage/fdb does: the retry is reported before fn runs again.
+	if err := db.Update(context.Background(), func(tx storage.Tx) error {
+		if n++; n == 1 {
+			m.ObserveFDBRetry(1020, conflict)
+			return conflict
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveFDBRetry(1021, fmt.Errorf("%w: fdb error 1021", storage.ErrCommitUnknownResult))
+	m.ObserveFDBRetry(1037, errors.New("fdb error 1037"))
+	m.ObserveFDBCommit(3*time.Millisecond, nil)
+	m.ObserveFDBCommit(time.Second, errors.New("fdb error 1021"))
+	m.ObserveFDBReadVersion(time.Millisecond)
+	m.ObserveFDBRecovery()
+	m.ObserveFDBRecovery()
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"fdb_etcd_fdb_transaction_retries_total", []string{"code", "1020"}, 1},
+		{"fdb_etcd_fdb_transaction_retries_total", []string{"code", "1021"}, 1},
+		{"fdb_etcd_fdb_transaction_retries_total", []string{"code", "1037"}, 1},
+		{"fdb_etcd_storage_conflicts_total", nil, 1}, // not 2: the wrapper left it to the backend
+		{"fdb_etcd_storage_commit_unknown_results_total", nil, 1},
+		{"fdb_etcd_storage_retry_reasons_total", []string{"reason", "other"}, 1},
+		{"fdb_etcd_fdb_commit_duration_seconds", []string{"result", "ok"}, 1},
+		{"fdb_etcd_fdb_commit_duration_seconds", []string{"result", "error"}, 1},
+		{"fdb_etcd_fdb_read_version_duration_seconds", nil, 1},
+		{"fdb_etcd_fdb_recoveries_seen_total", nil, 2},
+	} {
+		if got := value(t, m, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
+
+// TestHandledCodeIsWhatClientsGet serves a method through the metrics
+// interceptor on a real gRPC server: the code counted for each error is the
+// one the client receives. Handlers pass context errors through (as
+// etcd's do) and gRPC sends them as Canceled or DeadlineExceeded; counting
+// them as Unknown made every client timeout during a FoundationDB recovery
+// look like a server failure.
+func TestHandledCodeIsWhatClientsGet(t *testing.T) {
+	m := metrics.New(metrics.Options{})
+	type failure struct{ err error }
+	var next atomic.Pointer[failure]
+	desc := grpc.ServiceDesc{ServiceName: "test.Svc", HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{{
+		MethodName: "Fail",
+		Handler: func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			in := new(emptypb.Empty)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			return ic(ctx, in, &grpc.UnaryServerInfo{FullMethod: "/test.Svc/Fail"}, func(context.Context, any) (any, error) {
+				return nil, next.Load().err
+			})
+		},
+	}}}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(m.UnaryServerInterceptor()))
+	srv.RegisterService(&desc, struct{}{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, c := range []struct {
+		err  error
+		want codes.Code
+	}{
+		{context.Canceled, codes.Canceled},
+		{fmt.Errorf("storage: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
+		{status.Error(codes.Unavailable, "etcdserver: request timed out"), codes.Unavailable},
+		{errors.New("something else"), codes.Unknown},
+	} {
+		next.Store(&failure{c.err})
+		err := conn.Invoke(context.Background(), "/test.Svc/Fail", new(emptypb.Empty), new(emptypb.Empty))
+		if got := status.Code(err); got != c.want {
+			t.Fatalf("client got %v for %v, want %v", got, c.err, c.want)
+		}
+		if got := value(t, m, "grpc_server_handled_total", "grpc_method", "Fail", "grpc_code", c.want.String()); got != 1 {
+			t.Errorf("handled_total{grpc_code=%v} = %v after the client got %v", c.want, got, c.want)
+		}
+	}
 }

@@ -3,6 +3,8 @@ package metrics
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +33,19 @@ type storageMetrics struct {
 	unknown  prometheus.Counter
 	tooOld   prometheus.Counter
 	waits    prometheus.Counter
+
+	// backendReports is set once the backend reports retry reasons itself
+	// (RetryReporter, or the first ObserveFDBRetry): the wrapper then stops
+	// classifying, so that no retry is counted twice.
+	backendReports atomic.Bool
+
+	// FoundationDB's client, as storage/fdb measures it.
+	fdbRetries     *prometheus.CounterVec
+	fdbCommit      *prometheus.HistogramVec
+	fdbCommitOK    prometheus.Observer
+	fdbCommitError prometheus.Observer
+	fdbGRV         prometheus.Histogram
+	fdbRecoveries  prometheus.Counter
 }
 
 func newStorageMetrics(f factory) *storageMetrics {
@@ -54,6 +69,17 @@ func newStorageMetrics(f factory) *storageMetrics {
 		waits: f.counter(prometheus.CounterOpts{Namespace: "fdb_etcd", Subsystem: "storage", Name: "wait_change_total",
 			Help: "WaitChange calls (watches on a storage key) started."}),
 	}
+	s.fdbRetries = f.counterVec(prometheus.CounterOpts{Namespace: "fdb_etcd", Subsystem: "fdb", Name: "transaction_retries_total",
+		Help: "FoundationDB transaction attempts retried, by FoundationDB error code (1020 conflict, 1021 commit_unknown_result, 1007 transaction_too_old, 1009 future_version, 1037 process_behind, 1213 tag_throttled, ...)."}, []string{"code"})
+	s.fdbCommit = f.histogramVec(prometheus.HistogramOpts{Namespace: "fdb_etcd", Subsystem: "fdb", Name: "commit_duration_seconds",
+		Help:    "Latency of FoundationDB commits (one attempt each), by result (ok, error).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"result"})
+	s.fdbCommitOK, s.fdbCommitError = s.fdbCommit.WithLabelValues("ok"), s.fdbCommit.WithLabelValues("error")
+	s.fdbGRV = f.histogram(prometheus.HistogramOpts{Namespace: "fdb_etcd", Subsystem: "fdb", Name: "read_version_duration_seconds",
+		Help:    "Time one FoundationDB transaction attempt waited for its read version (GRV).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)})
+	s.fdbRecoveries = f.counter(prometheus.CounterOpts{Namespace: "fdb_etcd", Subsystem: "fdb", Name: "recoveries_seen_total",
+		Help: "FoundationDB recoveries this member noticed: read versions that jumped past what elapsed time explains (a recovery advances the version by 100 M)."})
 	for _, r := range []string{"conflict", "commit_unknown_result", "too_old", "other"} {
 		s.reasons.WithLabelValues(r)
 	}
@@ -95,7 +121,7 @@ func (m *Metrics) WrapStorage(db storage.DB) storage.DB {
 	w := &measuredDB{inner: db, m: m, update: newKindSeries(m.storage, "update"), view: newKindSeries(m.storage, "view")}
 	if rr, ok := db.(RetryReporter); ok {
 		rr.SetRetryObserver(m.ObserveRetry)
-		w.backendReports = true
+		m.storage.backendReports.Store(true)
 	}
 	if sz, ok := db.(storage.Sizer); ok {
 		return &measuredSizerDB{measuredDB: w, sizer: sz}
@@ -104,10 +130,9 @@ func (m *Metrics) WrapStorage(db storage.DB) storage.DB {
 }
 
 type measuredDB struct {
-	inner          storage.DB
-	m              *Metrics
-	backendReports bool
-	update, view   kindSeries
+	inner        storage.DB
+	m            *Metrics
+	update, view kindSeries
 }
 
 type measuredSizerDB struct {
@@ -147,7 +172,7 @@ func (d *measuredDB) before(k *kindSeries, a *attempt) {
 	k.retries.Inc()
 	// The backend's loop is re-running fn. If fn itself returned the
 	// retryable error, it is known here; otherwise only the backend knows.
-	if !d.backendReports && a.lastErr != nil && storage.Retryable(a.lastErr) {
+	if !d.m.storage.backendReports.Load() && a.lastErr != nil && storage.Retryable(a.lastErr) {
 		d.m.ObserveRetry(a.lastErr)
 	}
 	a.lastErr = nil
@@ -197,3 +222,46 @@ func (d *measuredDB) WaitChange(ctx context.Context, key, seen []byte) error {
 }
 
 func (d *measuredDB) Close() error { return d.inner.Close() }
+
+// The methods below make a *Metrics the storage/fdb Observer (the server
+// installs it on the FoundationDB backend).
+
+// ObserveFDBRetry counts one retried FoundationDB attempt by error code and
+// classifies it (conflict, commit unknown, too old). The backend reports
+// every retry, including those its transaction function returned, so the
+// storage wrapper stops classifying from here on.
+func (m *Metrics) ObserveFDBRetry(code int, err error) {
+	if m == nil {
+		return
+	}
+	m.storage.backendReports.Store(true)
+	m.storage.fdbRetries.WithLabelValues(strconv.Itoa(code)).Inc()
+	m.ObserveRetry(err)
+}
+
+// ObserveFDBCommit records one FoundationDB commit's latency.
+func (m *Metrics) ObserveFDBCommit(took time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.storage.fdbCommitError.Observe(took.Seconds())
+		return
+	}
+	m.storage.fdbCommitOK.Observe(took.Seconds())
+}
+
+// ObserveFDBReadVersion records how long one attempt waited for its read
+// version.
+func (m *Metrics) ObserveFDBReadVersion(took time.Duration) {
+	if m != nil {
+		m.storage.fdbGRV.Observe(took.Seconds())
+	}
+}
+
+// ObserveFDBRecovery counts one FoundationDB recovery this member noticed.
+func (m *Metrics) ObserveFDBRecovery() {
+	if m != nil {
+		m.storage.fdbRecoveries.Inc()
+	}
+}

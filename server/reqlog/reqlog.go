@@ -15,8 +15,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/fdb-etcd/fdb-etcd/server/errmap"
 )
 
 // DefaultWarningApplyDuration is etcd's default threshold.
@@ -42,7 +43,8 @@ func UnaryServerInterceptor(lg *zap.Logger, threshold time.Duration) grpc.UnaryS
 			zap.String("request", Request(req)),
 		}
 		if err != nil {
-			fields = append(fields, zap.String("code", status.Code(err).String()), zap.String("error", status.Convert(err).Message()))
+			st := errmap.Wire(err)
+			fields = append(fields, zap.String("code", st.Code().String()), zap.String("error", st.Message()))
 		} else {
 			fields = append(fields, zap.String("response", Response(resp)))
 		}

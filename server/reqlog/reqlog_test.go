@@ -72,3 +72,25 @@ func TestInterceptor(t *testing.T) {
 		t.Fatal("logged with the threshold disabled")
 	}
 }
+
+// TestInterceptorLogsTheCodeClientsGet: a handler that returns its context's
+// error (as the KV handlers do when a client gives up) is logged with the
+// code gRPC sends the client, DeadlineExceeded, not Unknown.
+func TestInterceptorLogsTheCodeClientsGet(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	ic := reqlog.UnaryServerInterceptor(zap.New(core), time.Millisecond)
+	info := &grpc.UnaryServerInfo{FullMethod: "/etcdserverpb.KV/Put"}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancel()
+	late := func(ctx context.Context, _ any) (any, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	_, _ = ic(ctx, &pb.PutRequest{Key: []byte("a")}, info, late)
+	if logs.Len() != 1 {
+		t.Fatalf("%d lines for a slow request", logs.Len())
+	}
+	if f := logs.All()[0].ContextMap(); f["code"] != "DeadlineExceeded" {
+		t.Fatalf("logged code %v, want DeadlineExceeded (%v)", f["code"], f)
+	}
+}

@@ -59,6 +59,21 @@
 // growing batches, where the callers' paged GetRange (want-all with a limit)
 // fetches a page in one round trip.
 //
+// Each attempt first waits for its read version (the reads would wait for
+// it anyway), so that the backend can time it and tell recoveries apart:
+// SetObserver installs an Observer that receives every retry with its
+// FoundationDB error code, every commit's and every read version's latency,
+// and each recovery the client noticed (see versionWatch). The server
+// turns these into its fdb_etcd_fdb_* metrics.
+//
+// # Client fault injection
+//
+// Options.ClientBuggify turns on FoundationDB's client buggify (network
+// options client_buggify_*, set before the network starts): the client
+// library then injects retryable errors, commit_unknown_result and delays
+// into real transactions against a healthy cluster. It is a testing aid,
+// exposed as fdb-etcd's --fdb-client-buggify flags.
+//
 // WaitChange reads the key, and if it still holds the value the caller has
 // seen, sets a FoundationDB watch on it in the same transaction, commits, and
 // waits for the watch (or the context, or Close). There is no polling.

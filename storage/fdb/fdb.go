@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	fdbgo "github.com/apple/foundationdb/bindings/go/src/fdb"
@@ -49,6 +50,13 @@ type Options struct {
 	APIVersion int
 	// MaxRetries bounds the retries of one call; 0 means DefaultMaxRetries.
 	MaxRetries int
+	// ClientBuggify turns on FoundationDB's client-side fault injection.
+	// A testing aid: never for production. Like APIVersion it is chosen
+	// once per process, by the first Open.
+	ClientBuggify ClientBuggify
+	// Now is the clock that times read versions and commits; nil means
+	// time.Now.
+	Now func() time.Time
 }
 
 // KeyPrefix returns the raw FoundationDB key prefix of the keyspace named
@@ -65,6 +73,10 @@ type DB struct {
 	prefix      []byte
 	prefixEnd   []byte
 	maxRetries  int
+	now         func() time.Time
+
+	observer atomic.Pointer[observerBox]
+	versions versionWatch
 
 	// Every call is bracketed by enter/leave so that Close can wait for the
 	// calls in flight and fail the ones that start after it.
@@ -106,7 +118,10 @@ func Open(o Options) (*DB, error) {
 	if len(prefix) > MaxPrefixBytes {
 		return nil, fmt.Errorf("storage/fdb: prefix %q encodes to %d bytes, more than %d", o.Prefix, len(prefix), MaxPrefixBytes)
 	}
-	db, err := acquire(o.ClusterFile, o.APIVersion)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	db, err := acquire(o.ClusterFile, o.APIVersion, o.ClientBuggify)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +131,9 @@ func Open(o Options) (*DB, error) {
 		prefix:      prefix,
 		prefixEnd:   storage.Strinc(prefix),
 		maxRetries:  o.MaxRetries,
+		now:         o.Now,
 	}
+	d.observer.Store(&observerBox{nopObserver{}})
 	d.closing, d.closingStop = context.WithCancel(context.Background())
 	d.abort, d.abortStop = context.WithCancel(context.Background())
 	return d, nil
@@ -124,6 +141,19 @@ func Open(o Options) (*DB, error) {
 
 // Prefix returns the raw key prefix of the keyspace (a copy).
 func (d *DB) Prefix() []byte { return bytes.Clone(d.prefix) }
+
+type observerBox struct{ Observer }
+
+// SetObserver makes o receive the client measurements of the transactions
+// that start from now on; nil stops them.
+func (d *DB) SetObserver(o Observer) {
+	if o == nil {
+		o = nopObserver{}
+	}
+	d.observer.Store(&observerBox{o})
+}
+
+func (d *DB) observe() Observer { return d.observer.Load().Observer }
 
 // --- process-wide client state ------------------------------------------------
 
@@ -135,6 +165,7 @@ func (d *DB) Prefix() []byte { return bytes.Clone(d.prefix) }
 var (
 	netMu      sync.Mutex
 	netVersion int
+	netBuggify ClientBuggify
 	shared     = map[string]*sharedDB{}
 )
 
@@ -143,7 +174,7 @@ type sharedDB struct {
 	refs int
 }
 
-func acquire(clusterFile string, version int) (fdbgo.Database, error) {
+func acquire(clusterFile string, version int, buggify ClientBuggify) (fdbgo.Database, error) {
 	netMu.Lock()
 	defer netMu.Unlock()
 	if netVersion == 0 {
@@ -157,9 +188,14 @@ func acquire(clusterFile string, version int) (fdbgo.Database, error) {
 		if err := fdbgo.Options().SetKnob(fmt.Sprintf("key_size_limit=%d", clientKeySizeLimit)); err != nil {
 			return fdbgo.Database{}, fmt.Errorf("storage/fdb: raise the client key size limit: %w", err)
 		}
-		netVersion = version
+		if err := setBuggify(buggify); err != nil {
+			return fdbgo.Database{}, err
+		}
+		netVersion, netBuggify = version, buggify
 	} else if version != netVersion {
 		return fdbgo.Database{}, fmt.Errorf("storage/fdb: FoundationDB API version %d was already selected in this process; cannot use %d", netVersion, version)
+	} else if buggify != netBuggify {
+		return fdbgo.Database{}, fmt.Errorf("storage/fdb: client buggify %+v was already chosen in this process; cannot use %+v", netBuggify, buggify)
 	}
 	if s, ok := shared[clusterFile]; ok {
 		s.refs++
@@ -171,6 +207,34 @@ func acquire(clusterFile string, version int) (fdbgo.Database, error) {
 	}
 	shared[clusterFile] = &sharedDB{db: db, refs: 1}
 	return db, nil
+}
+
+// setBuggify sets the client_buggify_* network options; like every network
+// option they must precede the network's start.
+func setBuggify(b ClientBuggify) error {
+	if !b.Enable {
+		return nil
+	}
+	for _, p := range []int{b.SectionActivatedPercent, b.SectionFiredPercent} {
+		if p < 0 || p > 100 {
+			return fmt.Errorf("storage/fdb: client buggify probability %d%% is not between 0 and 100", p)
+		}
+	}
+	o := fdbgo.Options()
+	if err := o.SetClientBuggifyEnable(); err != nil {
+		return fmt.Errorf("storage/fdb: client_buggify_enable: %w", err)
+	}
+	if p := b.SectionActivatedPercent; p > 0 {
+		if err := o.SetClientBuggifySectionActivatedProbability(int64(p)); err != nil {
+			return fmt.Errorf("storage/fdb: client_buggify_section_activated_probability: %w", err)
+		}
+	}
+	if p := b.SectionFiredPercent; p > 0 {
+		if err := o.SetClientBuggifySectionFiredProbability(int64(p)); err != nil {
+			return fmt.Errorf("storage/fdb: client_buggify_section_fired_probability: %w", err)
+		}
+	}
+	return nil
 }
 
 func release(clusterFile string) {
@@ -366,7 +430,10 @@ func (d *DB) run(ctx context.Context, attempt func(tr fdbgo.Transaction) (commit
 		if err := stopped(ctx, d.closing); err != nil {
 			return unknownIf(uncertain, err)
 		}
-		committing, err := attempt(tr)
+		committing, err := false, d.readVersion(tr)
+		if err == nil {
+			committing, err = attempt(tr)
+		}
 		if err == nil {
 			return nil // a function that found its marker settles an unknown commit
 		}
@@ -393,7 +460,25 @@ func (d *DB) run(ctx context.Context, attempt func(tr fdbgo.Transaction) (commit
 			}
 			return unknownIf(uncertain, mapError(oerr))
 		}
+		d.observe().ObserveFDBRetry(code, mapError(err))
 	}
+}
+
+// readVersion gets the attempt's read version before its first read (the
+// reads would wait for it anyway), timing it and watching for recoveries.
+func (d *DB) readVersion(tr fdbgo.Transaction) error {
+	start := d.now()
+	rv, err := tr.GetReadVersion().Get()
+	if err != nil {
+		return mapError(err)
+	}
+	now := d.now()
+	o := d.observe()
+	o.ObserveFDBReadVersion(now.Sub(start))
+	if d.versions.recovered(rv, now) {
+		o.ObserveFDBRecovery()
+	}
+	return nil
 }
 
 // --- Update and View ------------------------------------------------------------
@@ -409,7 +494,10 @@ func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 		if t.err != nil {
 			return false, t.err
 		}
-		if err := tr.Commit().Get(); err != nil {
+		start := d.now()
+		err := tr.Commit().Get()
+		d.observe().ObserveFDBCommit(d.now().Sub(start), err)
+		if err != nil {
 			return true, mapError(err)
 		}
 		if d.commitHook != nil {

@@ -6,15 +6,18 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	fdbgo "github.com/apple/foundationdb/bindings/go/src/fdb"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/fdbserver"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/fdb"
 	"github.com/fdb-etcd/fdb-etcd/storage/fdb/fdbtest"
@@ -345,5 +348,134 @@ func TestOpenOptions(t *testing.T) {
 	}
 	if _, err := fdb.Open(fdb.Options{ClusterFile: cf, Prefix: strings.Repeat("p", fdb.MaxPrefixBytes)}); err == nil {
 		t.Errorf("Open with an over-long prefix succeeded")
+	}
+}
+
+// recorder is an Observer that counts what it is told.
+type recorder struct {
+	mu sync.Mutex
+	observed
+}
+
+type observed struct {
+	retries               map[int]int
+	commits, readVersions int
+	recoveries            int
+}
+
+func (r *recorder) ObserveFDBRetry(code int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.retries == nil {
+		r.retries = map[int]int{}
+	}
+	r.retries[code]++
+}
+
+func (r *recorder) ObserveFDBCommit(time.Duration, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.commits++
+}
+
+func (r *recorder) ObserveFDBReadVersion(time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.readVersions++
+}
+
+func (r *recorder) ObserveFDBRecovery() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recoveries++
+}
+
+func (r *recorder) snapshot() observed {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := r.observed
+	o.retries = maps.Clone(r.retries)
+	return o
+}
+
+// TestObserver: every attempt reports its read version, every commit its
+// latency, every retry FoundationDB's error code.
+func TestObserver(t *testing.T) {
+	db := fdbtest.Open(t)
+	var rec recorder
+	db.SetObserver(&rec)
+	set(t, db, "n", "0")
+	_ = get(t, db, "n")
+	if got := rec.snapshot(); got.readVersions != 2 || got.commits != 1 || len(got.retries) != 0 {
+		t.Fatalf("one Update and one View observed as %d read versions, %d commits, retries %v; want 2, 1, none", got.readVersions, got.commits, got.retries)
+	}
+	attempts := 0
+	if err := db.Update(ctx(t), func(tx storage.Tx) error {
+		attempts++
+		if _, err := tx.Get([]byte("n")); err != nil {
+			return err
+		}
+		if attempts == 1 {
+			set(t, db, "n", "1") // a conflict: FoundationDB refuses the commit with 1020
+		}
+		tx.Set([]byte("n"), []byte("2"))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := rec.snapshot()
+	if got.retries[1020] != 1 || len(got.retries) != 1 {
+		t.Errorf("retries by code after one conflict = %v, want map[1020:1]", got.retries)
+	}
+	if got.recoveries != 0 {
+		t.Errorf("%d recoveries observed on a cluster that did not recover", got.recoveries)
+	}
+	db.SetObserver(nil)
+	set(t, db, "n", "3")
+	if after := rec.snapshot(); after.commits != got.commits {
+		t.Errorf("observed a commit after SetObserver(nil)")
+	}
+}
+
+// TestRecoverySeen forces recoveries of a cluster of its own and expects
+// each to be observed once, and none while the cluster only idles.
+func TestRecoverySeen(t *testing.T) {
+	fdbtest.ClusterFile(t) // skips or fails like the other tests without FoundationDB
+	c, err := fdbserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Stop(t.Failed()) }()
+	db, err := fdb.Open(fdb.Options{ClusterFile: c.ClusterFile(), Prefix: fdbtest.NewPrefix(t) + "/recovery"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var rec recorder
+	db.SetObserver(&rec)
+	set(t, db, "k", "0")
+	time.Sleep(2 * time.Second) // versions advance with time, and that is no recovery
+	set(t, db, "k", "1")
+	if n := rec.snapshot().recoveries; n != 0 {
+		t.Fatalf("%d recoveries observed before any", n)
+	}
+	for i := 1; i <= 2; i++ {
+		if err := c.ForceRecovery(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		set(t, db, "k", strconv.Itoa(i+1))
+		if n := rec.snapshot().recoveries; n != i {
+			t.Fatalf("after %d forced recoveries %d were observed", i, n)
+		}
+	}
+}
+
+// TestClientBuggifyPerProcess: client buggify is a network option, chosen
+// by the process's first Open; another choice later is refused.
+func TestClientBuggifyPerProcess(t *testing.T) {
+	cf := fdbtest.ClusterFile(t)
+	_, err := fdb.Open(fdb.Options{ClusterFile: cf, Prefix: "fdbtest/buggify", ClientBuggify: fdb.ClientBuggify{Enable: true}})
+	if err == nil || !strings.Contains(err.Error(), "already chosen") {
+		t.Errorf("Open with client buggify after the network started = %v, want an error saying it was already chosen", err)
 	}
 }

@@ -191,8 +191,20 @@ func freePorts(n int) ([]int, error) {
 
 const memberName = "compat"
 
+// pairOptions configure both servers of a pair alike.
+type pairOptions struct {
+	// quotaBytes is --quota-backend-bytes (0: etcd's default).
+	quotaBytes int64
+}
+
 // startPair starts a fresh reference etcd and a fresh candidate, in parallel.
 func startPair(t *testing.T) *pair {
+	t.Helper()
+	return startPairWith(t, pairOptions{})
+}
+
+// startPairWith starts a pair configured by o.
+func startPairWith(t *testing.T, o pairOptions) *pair {
 	t.Helper()
 	if candidateKind == "fdb-etcd" && fdbBuildErr != nil {
 		t.Fatalf("fdb-etcd is not available (a missing or broken binary is a failure, not a skip):\n%v", fdbBuildErr)
@@ -200,7 +212,7 @@ func startPair(t *testing.T) *pair {
 	var ref, cand *server
 	for attempt := 1; ; attempt++ {
 		var err error
-		ref, cand, err = tryStartPair(t)
+		ref, cand, err = tryStartPair(t, o)
 		if err == nil {
 			break
 		}
@@ -214,7 +226,7 @@ func startPair(t *testing.T) *pair {
 }
 
 // tryStartPair starts both servers in parallel on distinct ports.
-func tryStartPair(t *testing.T) (ref, cand *server, err error) {
+func tryStartPair(t *testing.T, o pairOptions) (ref, cand *server, err error) {
 	ports, err := freePorts(4)
 	if err != nil {
 		return nil, nil, err
@@ -227,14 +239,14 @@ func tryStartPair(t *testing.T) (ref, cand *server, err error) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		ref, refStop, refErr = startEmbedded(t, "etcd", ports[0], ports[1])
+		ref, refStop, refErr = startEmbedded(t, "etcd", ports[0], ports[1], o)
 	}()
 	go func() {
 		defer wg.Done()
 		if candidateKind == "etcd" {
-			cand, candStop, candErr = startEmbedded(t, "etcd(candidate)", ports[2], ports[3])
+			cand, candStop, candErr = startEmbedded(t, "etcd(candidate)", ports[2], ports[3], o)
 		} else {
-			cand, candStop, candErr = startFDBEtcd(t, ports[2])
+			cand, candStop, candErr = startFDBEtcd(t, ports[2], o)
 		}
 	}()
 	wg.Wait()
@@ -263,7 +275,7 @@ func tryStartPair(t *testing.T) (ref, cand *server, err error) {
 	return ref, cand, nil
 }
 
-func startEmbedded(t *testing.T, name string, cport, pport int) (*server, func(), error) {
+func startEmbedded(t *testing.T, name string, cport, pport int, o pairOptions) (*server, func(), error) {
 	dir := t.TempDir()
 	curl := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", cport)}
 	purl := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pport)}
@@ -278,6 +290,7 @@ func startEmbedded(t *testing.T, name string, cport, pport int) (*server, func()
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.UnsafeNoFsync = true
+	cfg.QuotaBackendBytes = o.quotaBytes
 	// MaxTxnOps, MaxRequestBytes and everything else keep etcd's defaults.
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
@@ -301,7 +314,7 @@ func startEmbedded(t *testing.T, name string, cport, pport int) (*server, func()
 	return s, func() { s.close(); stop() }, nil
 }
 
-func startFDBEtcd(t *testing.T, port int) (*server, func(), error) {
+func startFDBEtcd(t *testing.T, port int, o pairOptions) (*server, func(), error) {
 	dataDir := t.TempDir()
 	logDir := t.TempDir()
 	u := fmt.Sprintf("http://127.0.0.1:%d", port)
@@ -311,6 +324,9 @@ func startFDBEtcd(t *testing.T, port int) (*server, func(), error) {
 		_, _ = crand.Read(id[:])
 		args = append(args, "--backend", "fdb", "--fdb-cluster-file", fdbCluster,
 			"--fdb-prefix", "etcdcompat/"+hex.EncodeToString(id[:]))
+	}
+	if o.quotaBytes != 0 {
+		args = append(args, "--quota-backend-bytes", fmt.Sprint(o.quotaBytes))
 	}
 	args = append(args, strings.Fields(os.Getenv(envExtraArgs))...)
 	logPath := filepath.Join(logDir, "fdb-etcd.log")

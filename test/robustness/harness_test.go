@@ -38,6 +38,27 @@ type failpoint interface {
 	inject(ctx context.Context, t *testing.T, s *server, env *runEnv) (reports []report.ClientReport, summary string, err error)
 }
 
+// target is what a run's traffic goes to: one fdb-etcd on the embedded
+// store (server), or replicas on a FoundationDB cluster (fdbTarget).
+type target interface {
+	endpoints() []string
+	// stop ends every fdb-etcd process gracefully and fails the test if one
+	// does not stop cleanly.
+	stop()
+	// exportPersisted returns, once stopped, the requests the target
+	// persisted, checked against etcd's model.
+	exportPersisted() ([]model.EtcdRequest, error)
+	// faultCounts are counters of what was injected (storage faults), or
+	// of what the replicas' FoundationDB clients met, for the summary.
+	faultCounts() map[string]int64
+	// reportFiles are what a failed run's report keeps: data directories
+	// and logs (name -> path).
+	reportFiles() (dataDirs, logs map[string]string)
+}
+
+// injectFunc runs a scenario's fault against its target.
+type injectFunc func(ctx context.Context, env *runEnv) (reports []report.ClientReport, summary string, err error)
+
 // runEnv is what a failpoint may use to record its own clients.
 type runEnv struct {
 	ids      identity.Provider
@@ -71,6 +92,9 @@ type outcome struct {
 	faults                     map[string]int64
 	linearization, watch, seri string
 	revChecked                 int
+	// extra are scenario-specific result lines (FoundationDB runs: errors
+	// by code, write unavailability, readiness, leases).
+	extra []string
 }
 
 var (
@@ -88,9 +112,31 @@ func init() {
 }
 
 func runScenario(t *testing.T, sc scenario) {
-	lg := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	srv := startServer(t, sc.serverArgs...)
-	endpoints := []string{srv.endpoint()}
+	res := runOn(t, sc, srv, func(ctx context.Context, env *runEnv) ([]report.ClientReport, string, error) {
+		r, summary, err := sc.failpoint.inject(ctx, t, srv, env)
+		if err != nil {
+			err = fmt.Errorf("%s: %w", sc.failpoint.name(), err)
+		}
+		return r, summary, err
+	})
+	record(t, res.outcome)
+}
+
+// runResult is a validated run: what the clients saw, and the summary.
+type runResult struct {
+	reports   []report.ClientReport
+	persisted []model.EtcdRequest
+	baseTime  time.Time
+	outcome   outcome
+}
+
+// runOn drives tg with the scenario's traffic while inject runs its fault,
+// stops tg and validates everything the clients saw against what tg
+// persisted. It fails t (and returns nil) when validation fails.
+func runOn(t *testing.T, sc scenario, tg target, inject injectFunc) *runResult {
+	lg := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	endpoints := tg.endpoints()
 	ctx, cancel := context.WithTimeout(context.Background(), sc.before+sc.after+5*time.Minute)
 	defer cancel()
 
@@ -109,11 +155,11 @@ func runScenario(t *testing.T, sc scenario) {
 	g.Go(func() error {
 		defer close(fpDone)
 		time.Sleep(jitter(sc.before))
-		r, summary, err := sc.failpoint.inject(ctx, t, srv, env)
+		r, summary, err := inject(ctx, env)
 		fpReports, fpSummary = r, summary
 		if err != nil {
 			cancel()
-			return fmt.Errorf("failpoint %s: %w", sc.failpoint.name(), err)
+			return fmt.Errorf("failpoint %s: %w", sc.name, err)
 		}
 		time.Sleep(jitter(sc.after))
 		return nil
@@ -139,8 +185,8 @@ func runScenario(t *testing.T, sc scenario) {
 		t.Fatal(err)
 	}
 	reports := slices.Concat(kvReports, watchSet.Reports(), fpReports)
-	srv.stop()
-	persisted, err := srv.exportPersisted()
+	tg.stop()
+	persisted, err := tg.exportPersisted()
 	if err != nil {
 		t.Fatalf("exporting persisted requests: %v", err)
 	}
@@ -154,17 +200,14 @@ func runScenario(t *testing.T, sc scenario) {
 	}
 	result := validate.ValidateAndReturnVisualize(lg, validate.Config{ExpectRevisionUnique: sc.traffic.ExpectUniqueRevision()},
 		reports, persisted, 5*time.Minute)
-	o := summarize(sc, reports, persisted, fpSummary, srv.faultCounts())
+	o := summarize(sc, reports, persisted, fpSummary, tg.faultCounts())
 	o.linearization = string(result.Linearization.Status)
 	o.watch, o.seri = resultString(result.Watch), resultString(result.Serializable)
 	o.revChecked = checked
-	outcomesMu.Lock()
-	outcomes = append(outcomes, o)
-	outcomesMu.Unlock()
-	t.Logf("%s: %d KV ops (%d ok, %d failed), %d watches with %d events, %d persisted requests up to revision %d; failpoint: %s; storage faults: %v; linearization %s, watch %s, serializable %s; %d responses match the persisted history",
+	t.Logf("%s: %d KV ops (%d ok, %d failed), %d watches with %d events, %d persisted requests up to revision %d; failpoint: %s; fault counters: %v; linearization %s, watch %s, serializable %s; %d responses match the persisted history",
 		sc.name, o.kvOps, o.kvOK, o.kvFailed, o.watchReqs, o.watchEvents, o.persisted, o.maxRev, o.failpoint, o.faults, o.linearization, o.watch, o.seri, o.revChecked)
 	if err := result.Error(); err != nil {
-		dir := saveReport(t, lg, srv, reports, sc, result)
+		dir := saveReport(t, lg, tg, reports, sc, result)
 		t.Fatalf("validation failed: %v (report in %s)", err, dir)
 	}
 	if sc.control {
@@ -172,6 +215,17 @@ func runScenario(t *testing.T, sc scenario) {
 	}
 	if o.kvOK < sc.minSuccesses {
 		t.Fatalf("only %d successful KV operations, want at least %d for a meaningful run", o.kvOK, sc.minSuccesses)
+	}
+	return &runResult{reports: reports, persisted: persisted, baseTime: baseTime, outcome: o}
+}
+
+// record adds a validated run to the summary TestZSummary prints.
+func record(t *testing.T, o outcome) {
+	outcomesMu.Lock()
+	outcomes = append(outcomes, o)
+	outcomesMu.Unlock()
+	for _, line := range o.extra {
+		t.Logf("%s: %s", o.scenario, line)
 	}
 }
 
@@ -190,13 +244,14 @@ func jitter(d time.Duration) time.Duration {
 	return d - j + time.Duration(rand.Int63n(int64(2*j)+1))
 }
 
-func saveReport(t *testing.T, lg *zap.Logger, srv *server, reports []report.ClientReport, sc scenario, result validate.RobustnessResult) string {
+func saveReport(t *testing.T, lg *zap.Logger, tg target, reports []report.ClientReport, sc scenario, result validate.RobustnessResult) string {
 	base := os.Getenv("RESULTS_DIR")
 	if base == "" {
 		base = filepath.Join(os.TempDir(), "fdb-etcd-robustness")
 	}
 	dir := filepath.Join(base, strings.ReplaceAll(t.Name(), "/", "_"), fmt.Sprint(time.Now().UnixNano()))
-	r, err := report.NewTestReport(lg, dir, map[string]string{"fdb-etcd": filepath.Join(srv.dir, "data")},
+	dataDirs, logs := tg.reportFiles()
+	r, err := report.NewTestReport(lg, dir, dataDirs,
 		&report.TrafficDetail{ExpectUniqueRevision: sc.traffic.ExpectUniqueRevision()})
 	if err != nil {
 		t.Log(err)
@@ -209,7 +264,11 @@ func saveReport(t *testing.T, lg *zap.Logger, srv *server, reports []report.Clie
 	if err := r.Finalize(true, false); err != nil {
 		t.Log(err)
 	}
-	_ = os.WriteFile(filepath.Join(dir, "server.log"), []byte(srv.tail()), 0o600)
+	for name, path := range logs {
+		if b, err := os.ReadFile(path); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, name), b, 0o600)
+		}
+	}
 	return dir
 }
 

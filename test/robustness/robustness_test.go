@@ -113,7 +113,7 @@ func TestZSummary(t *testing.T) {
 		fmt.Fprintf(&b, "\n  %-50s %6d KV ops (%d failed) %7d watch events  rev %-6d  lin=%s watch=%s ser=%s  failpoint: %s",
 			o.scenario, o.kvOps, o.kvFailed, o.watchEvents, o.maxRev, o.linearization, o.watch, o.seri, o.failpoint)
 		if len(o.faults) > 0 {
-			fmt.Fprintf(&b, "  storage faults: %v", o.faults)
+			fmt.Fprintf(&b, "  fault counters: %v", o.faults)
 		}
 	}
 	t.Logf("robustness: %d scenarios validated, %d KV operations, %d watch events:%s", len(outcomes), ops, events, b.String())

@@ -19,24 +19,26 @@ import (
 )
 
 // binary is the fdb-etcd under test: ROBUSTNESS_BINARY, or built by TestMain
-// from ../../cmd/fdb-etcd.
-var binary string
+// from ../../cmd/fdb-etcd. binDir is where TestMain builds binaries (the
+// FoundationDB scenarios build theirs there too, on first use).
+var binary, binDir string
 
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
 }
 
 func testMain(m *testing.M) int {
-	if b := os.Getenv("ROBUSTNESS_BINARY"); b != "" {
-		binary = b
-		return m.Run()
-	}
 	dir, err := os.MkdirTemp("", "fdb-etcd-robustness-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	binDir = dir
+	if b := os.Getenv("ROBUSTNESS_BINARY"); b != "" {
+		binary = b
+		return m.Run()
+	}
 	binary = filepath.Join(dir, "fdb-etcd")
 	build := exec.Command("go", "build", "-o", binary, "./cmd/fdb-etcd")
 	build.Dir = "../.."
@@ -47,10 +49,12 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-// server is one fdb-etcd process on the embedded backend, on a fixed
-// loopback port and data directory across restarts.
+// server is one fdb-etcd process, on a fixed loopback port and data
+// directory across restarts: on the embedded backend, or (fdbTarget) one
+// replica on FoundationDB.
 type server struct {
 	t       testing.TB
+	bin     string
 	dir     string
 	addr    string
 	logPath string
@@ -74,7 +78,13 @@ func freeAddr(t testing.TB) string {
 // the run can be validated) and any extra flags.
 func startServer(t testing.TB, extra ...string) *server {
 	t.Helper()
-	s := &server{t: t, dir: t.TempDir(), addr: freeAddr(t)}
+	return startServerBin(t, binary, extra...)
+}
+
+// startServerBin is startServer with another fdb-etcd binary.
+func startServerBin(t testing.TB, bin string, extra ...string) *server {
+	t.Helper()
+	s := &server{t: t, bin: bin, dir: t.TempDir(), addr: freeAddr(t)}
 	s.logPath = filepath.Join(s.dir, "server.log")
 	s.args = append([]string{
 		"--data-dir", filepath.Join(s.dir, "data"),
@@ -101,7 +111,7 @@ func (s *server) start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(binary, s.args...)
+	cmd := exec.Command(s.bin, s.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -248,6 +258,23 @@ func (s *server) faultCounts() map[string]int64 {
 	}
 	flush()
 	return total
+}
+
+// reportFiles: the data directory and the server log.
+func (s *server) reportFiles() (dataDirs, logs map[string]string) {
+	return map[string]string{"fdb-etcd": filepath.Join(s.dir, "data")}, map[string]string{"server.log": s.logPath}
+}
+
+func (s *server) endpoints() []string { return []string{s.addr} }
+
+// name is the server's --name, or its directory's.
+func (s *server) name() string {
+	for i, a := range s.args {
+		if a == "--name" && i+1 < len(s.args) {
+			return s.args[i+1]
+		}
+	}
+	return filepath.Base(s.dir)
 }
 
 // exportPersisted stops nothing: the server must already be stopped. It

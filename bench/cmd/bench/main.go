@@ -242,6 +242,7 @@ func run() error {
 	}
 	rep := report.New("fdb-etcd benchmark", o.servers, o.base)
 	rep.Header = header(layout, o, mode)
+	rep.Comparisons = []report.Comparison{fdbComparison()}
 	runStart := time.Now()
 	var loads []string
 	for _, name := range o.servers {
@@ -279,7 +280,7 @@ func run() error {
 				}
 			}
 		}
-		b, err := json.MarshalIndent(map[string]any{"header": rep.Header, "results": all}, "", "  ")
+		b, err := json.MarshalIndent(map[string]any{"header": rep.Header, "results": all, "comparisons": rep.ComparisonRatios()}, "", "  ")
 		if err != nil {
 			return err
 		}
@@ -325,7 +326,8 @@ func runServer(ctx context.Context, name, bin string, ws []workload.Workload, p 
 		}
 		fresh := o.restartEach
 		if f, ok := w.(workload.FreshServer); ok && f.FreshServer() {
-			fresh = true
+			// The plain client serves no one: nothing to measure fresh.
+			fresh = fresh || !servers.IsRaw(name)
 		}
 		if inst != nil && !inst.Alive() {
 			logf("[%s] server died; log tail:\n%s", name, inst.LogTail(20))
@@ -345,34 +347,51 @@ func runServer(ctx context.Context, name, bin string, ws []workload.Workload, p 
 				continue
 			}
 			used = false
-			logf("[%s] started pid %v on %s in %s", name, inst.PIDs(), strings.Join(inst.Endpoints, ","), time.Since(t0).Round(time.Millisecond))
+			if servers.IsRaw(name) {
+				logf("[%s] keyspace %s", name, inst.Prefix)
+			} else {
+				logf("[%s] started pid %v on %s in %s", name, inst.PIDs(), strings.Join(inst.Endpoints, ","), time.Since(t0).Round(time.Millisecond))
+			}
 		}
-		env := &workload.Env{Server: name, Endpoints: inst.Endpoints, PIDs: inst.PIDs(), P: p, Logf: logf}
-		wctx, wcancel := context.WithTimeout(ctx, perWorkload)
-		t0 := time.Now()
-		res, err := w.Run(wctx, env)
-		wcancel()
+		results = append(results, measure(ctx, name, bin, inst, w, p, perWorkload))
 		used = true
-		if err != nil {
-			why := workload.ShortErr(err)
-			if workload.IsUnsupported(err) {
-				why = "unsupported: " + why
-			}
-			if !inst.Alive() {
-				why = "server died: " + why
-			}
-			logf("[%s] %-70s n/a (%s)", name, w.Name(), why)
-			na(w, why)
-			continue
-		}
-		res.Server, res.Row, res.Group = name, w.Name(), w.Group()
-		logf("[%s] %-70s %s (%s)", name, w.Name(), summary(res), time.Since(t0).Round(time.Millisecond))
-		results = append(results, res)
 	}
 	return results
 }
 
+// measure runs one row on a running server (or, for the plain FoundationDB
+// client, in its keyspace) within limit; a failure is an n/a result.
+func measure(ctx context.Context, name, bin string, inst *servers.Instance, w workload.Workload, p workload.Params, limit time.Duration) workload.Result {
+	wctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	t0 := time.Now()
+	var res workload.Result
+	var err error
+	if servers.IsRaw(name) {
+		res, err = runRaw(wctx, name, bin, inst, w, p)
+	} else {
+		res, err = w.Run(wctx, &workload.Env{Server: name, Endpoints: inst.Endpoints, PIDs: inst.PIDs(), P: p, Logf: logf})
+	}
+	if err != nil {
+		why := workload.ShortErr(err)
+		if workload.IsUnsupported(err) {
+			why = "unsupported: " + why
+		}
+		if !inst.Alive() {
+			why = "server died: " + why
+		}
+		logf("[%s] %-70s n/a (%s)", name, w.Name(), why)
+		return workload.Result{Server: name, Row: w.Name(), Group: w.Group(), NA: why}
+	}
+	res.Server, res.Row, res.Group = name, w.Name(), w.Group()
+	logf("[%s] %-70s %s (%s)", name, w.Name(), summary(res), time.Since(t0).Round(time.Millisecond))
+	return res
+}
+
 func summary(r workload.Result) string {
+	if r.NoEquivalent != "" {
+		return "– (" + r.NoEquivalent + ")"
+	}
 	switch r.Kind {
 	case workload.Throughput:
 		return fmt.Sprintf("%.0f ops/s p50 %s p99 %s errors %d", r.Value, r.P50, r.P99, r.Errors)
@@ -406,13 +425,19 @@ func header(l servers.Layout, o options, mode string) []string {
 		case servers.FDBEtcdFDB3:
 			vs = append(vs, "fdb-etcd-fdb3 (3 replicas of one FoundationDB keyspace, clients round-robin over them)")
 			fdb = true
+		case servers.FDBRaw:
+			vs = append(vs, "fdb-raw (a plain FoundationDB client, Go bindings API 730, a process of its own on the same cluster: the least FoundationDB work each row needs, one transaction per operation)")
+			fdb = true
+		case servers.FDBRawBatched:
+			vs = append(vs, "fdb-raw-batched (the same, concurrent write operations group-committed as fdb-etcd batches them)")
+			fdb = true
 		default:
 			vs = append(vs, s+" "+servers.Versions[s])
 		}
 	}
 	h = append(h, "servers: "+strings.Join(vs, ", "))
 	if !fdb && o.allServers {
-		h = append(h, "FoundationDB servers ("+servers.FDBEtcdFDB+", "+servers.FDBEtcdFDB3+") not run: "+servers.EnvClusterFile+" is not set")
+		h = append(h, "FoundationDB servers ("+servers.FDBEtcdFDB+", "+servers.FDBEtcdFDB3+", "+servers.FDBRaw+", "+servers.FDBRawBatched+") not run: "+servers.EnvClusterFile+" is not set")
 	}
 	if fdb {
 		// The cluster's shape matters as much as fdb-etcd's: a single
@@ -460,4 +485,18 @@ func gitRev(dir string) string {
 		return "(unknown revision)"
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// fdbComparison is the report's FoundationDB table: fdb-etcd on
+// FoundationDB against etcd and against what a plain FoundationDB client
+// gets from the same cluster.
+func fdbComparison() report.Comparison {
+	return report.Comparison{
+		Title: "fdb-etcd on FoundationDB against etcd and a plain FoundationDB client",
+		Text: "fdb-raw does the least FoundationDB work each row's logical operation needs, one transaction per operation; " +
+			"fdb-raw-batched group-commits the write rows' concurrent operations as fdb-etcd does. " +
+			"A ratio against them is the share of FoundationDB's ceiling on this host that fdb-etcd reaches.",
+		Subjects:   []string{servers.FDBEtcdFDB, servers.FDBEtcdFDB3},
+		References: []string{servers.Etcd, servers.FDBRaw, servers.FDBRawBatched},
+	}
 }

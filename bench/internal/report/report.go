@@ -4,6 +4,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,18 @@ type Report struct {
 	Base    string   // server the ratios are computed for ("" = none)
 	Rows    []string // row order
 	Results map[string]map[string]workload.Result
+	// Comparisons are further tables, printed after the main one.
+	Comparisons []Comparison
+}
+
+// Comparison is a table of each subject's values next to those of a few
+// references, with subject/reference ratios (fdb-etcd on FoundationDB
+// against etcd and against the plain FoundationDB client).
+type Comparison struct {
+	Title      string
+	Text       string // a paragraph under the title
+	Subjects   []string
+	References []string
 }
 
 // New returns an empty report.
@@ -57,7 +70,7 @@ func (r *Report) others() []string {
 
 // Ratio returns base vs other normalised so that > 1 means base is better.
 func Ratio(base, other workload.Result) (float64, bool) {
-	if base.NA != "" || other.NA != "" || base.Value <= 0 || other.Value <= 0 {
+	if !hasValue(base) || !hasValue(other) || base.Value <= 0 || other.Value <= 0 {
 		return 0, false
 	}
 	if base.Kind.HigherIsBetter() {
@@ -78,7 +91,12 @@ func unit(k workload.Kind) string {
 	return ""
 }
 
+func hasValue(res workload.Result) bool { return res.NA == "" && res.NoEquivalent == "" }
+
 func formatValue(res workload.Result) string {
+	if res.NoEquivalent != "" {
+		return "–"
+	}
 	if res.NA != "" {
 		return "n/a"
 	}
@@ -120,22 +138,20 @@ func formatMS(d time.Duration) string {
 }
 
 func p99(res workload.Result) string {
-	if res.NA != "" || res.P99 == 0 {
+	if !hasValue(res) || res.P99 == 0 {
 		return "–"
 	}
 	return formatMS(res.P99)
 }
 
-func kindOf(m map[string]workload.Result) workload.Kind {
+// rowUnit is the unit of a row, "" when no server has a value in it.
+func rowUnit(m map[string]workload.Result) string {
 	for _, r := range m {
-		if r.NA == "" {
-			return r.Kind
+		if hasValue(r) {
+			return unit(r.Kind)
 		}
 	}
-	for _, r := range m {
-		return r.Kind
-	}
-	return workload.Throughput
+	return ""
 }
 
 func esc(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
@@ -170,42 +186,35 @@ func (r *Report) Markdown(w io.Writer) {
 	caveats := false
 	for _, row := range r.Rows {
 		m := r.Results[row]
-		cells := []string{esc(row), unit(kindOf(m))}
+		cells := []string{esc(row), rowUnit(m)}
 		for _, s := range r.Servers {
 			res, ok := m[s]
 			if !ok {
 				cells = append(cells, "–", "–")
 				continue
 			}
-			v := formatValue(res)
-			if res.NA == "" && res.Caveat != "" {
-				v += " (" + esc(res.Caveat) + ")"
-				caveats = true
-			}
-			cells = append(cells, v, p99(res))
+			cells = append(cells, valueCell(res), p99(res))
+			caveats = caveats || (hasValue(res) && res.Caveat != "")
 		}
 		for _, o := range others {
-			b, ok1 := m[r.Base]
-			x, ok2 := m[o]
-			if v, ok := Ratio(b, x); ok && ok1 && ok2 {
-				if b.Caveat != "" || x.Caveat != "" {
-					cells = append(cells, fmt.Sprintf("(%.2f×)", v))
-				} else {
-					cells = append(cells, fmt.Sprintf("%.2f×", v))
-				}
-			} else {
-				cells = append(cells, "–")
-			}
+			cells = append(cells, ratioCell(m, r.Base, o))
 		}
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
 	if caveats {
-		fmt.Fprintf(w, "\nValues and ratios in parentheses are not directly comparable: the server was saturated (the writer fell below its target rate, or events were still undelivered after the grace period).\n")
+		fmt.Fprintf(w, "\n%s\n", caveatNote)
 	}
 	if len(others) > 0 {
 		fmt.Fprintf(w, "\nRatios are normalised so that > 1 means %s is better (throughput: %s/other; times and memory: other/%s).\n", r.Base, r.Base, r.Base)
 	}
+	for _, c := range r.Comparisons {
+		r.comparison(w, c)
+	}
+	r.details(w)
+}
 
+// details writes every result's counts, latencies and notes.
+func (r *Report) details(w io.Writer) {
 	fmt.Fprintf(w, "\n## Details\n\n")
 	fmt.Fprintf(w, "| workload | server | ops | errors | p50 ms | p99 ms | max ms | notes |\n|---|---|---:|---:|---:|---:|---:|---|\n")
 	for _, row := range r.Rows {
@@ -218,6 +227,10 @@ func (r *Report) Markdown(w io.Writer) {
 				fmt.Fprintf(w, "| %s | %s | | | | | | n/a: %s |\n", esc(row), s, esc(res.NA))
 				continue
 			}
+			if res.NoEquivalent != "" {
+				fmt.Fprintf(w, "| %s | %s | | | | | | no equivalent: %s |\n", esc(row), s, esc(res.NoEquivalent))
+				continue
+			}
 			ms := func(d time.Duration) string {
 				if d == 0 {
 					return ""
@@ -228,4 +241,129 @@ func (r *Report) Markdown(w io.Writer) {
 				ms(res.P50), ms(res.P99), ms(res.Max), esc(res.Note))
 		}
 	}
+}
+
+const caveatNote = "Values and ratios in parentheses are not directly comparable: the server was saturated (the writer fell below its target rate, or events were still undelivered after the grace period)."
+
+// valueCell is a result's value, with its caveat in parentheses.
+func valueCell(res workload.Result) string {
+	v := formatValue(res)
+	if hasValue(res) && res.Caveat != "" {
+		v += " (" + esc(res.Caveat) + ")"
+	}
+	return v
+}
+
+// ratioCell is a's value against b's in one row, normalised so that > 1
+// means a is better, in parentheses when either carries a caveat.
+func ratioCell(m map[string]workload.Result, a, b string) string {
+	x, ok1 := m[a]
+	y, ok2 := m[b]
+	v, ok := Ratio(x, y)
+	switch {
+	case !ok || !ok1 || !ok2:
+		return "–"
+	case x.Caveat != "" || y.Caveat != "":
+		return fmt.Sprintf("(%.2f×)", v)
+	}
+	return fmt.Sprintf("%.2f×", v)
+}
+
+// present keeps the servers of names that are in the report.
+func (r *Report) present(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if slices.Contains(r.Servers, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// comparison writes one comparison table: the references' values, then
+// each subject's value and its ratios against every reference. Rows no
+// subject has a result for are left out.
+func (r *Report) comparison(w io.Writer, c Comparison) {
+	subjects, refs := r.present(c.Subjects), r.present(c.References)
+	if len(subjects) == 0 || len(refs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n## %s\n\n", c.Title)
+	if c.Text != "" {
+		fmt.Fprintf(w, "%s\n\n", c.Text)
+	}
+	cols := append([]string{"workload", "unit"}, refs...)
+	for _, s := range subjects {
+		cols = append(cols, s)
+		for _, ref := range refs {
+			cols = append(cols, s+"/"+ref)
+		}
+	}
+	fmt.Fprintf(w, "| %s |\n|---|---|%s\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)-2))
+	caveats := false
+	for _, row := range r.Rows {
+		m := r.Results[row]
+		if !slices.ContainsFunc(subjects, func(s string) bool { _, ok := m[s]; return ok }) {
+			continue
+		}
+		cells := []string{esc(row), rowUnit(m)}
+		for _, ref := range refs {
+			cells = append(cells, cell(m, ref))
+		}
+		for _, s := range subjects {
+			cells = append(cells, cell(m, s))
+			for _, ref := range refs {
+				cells = append(cells, ratioCell(m, s, ref))
+			}
+		}
+		for _, res := range m {
+			caveats = caveats || (hasValue(res) && res.Caveat != "")
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+	}
+	if caveats {
+		fmt.Fprintf(w, "\n%s\n", caveatNote)
+	}
+	fmt.Fprintf(w, "\nRatios are normalised so that > 1 means the first server is better (throughput: it/other; times: other/it); a dash is a row without a value or without an equivalent (the details table says which).\n")
+}
+
+// cell is server s's value in a row, or a dash if it has none.
+func cell(m map[string]workload.Result, s string) string {
+	res, ok := m[s]
+	if !ok {
+		return "–"
+	}
+	return valueCell(res)
+}
+
+// RatioEntry is one ratio of a comparison table.
+type RatioEntry struct {
+	Row     string  `json:"row"`
+	Server  string  `json:"server"`
+	Against string  `json:"against"`
+	Ratio   float64 `json:"ratio"` // > 1: Server is better
+	// Caveat: either value carries a caveat, so the ratio is not directly
+	// comparable (parenthesised in the table).
+	Caveat bool `json:"caveat,omitempty"`
+}
+
+// ComparisonRatios lists every ratio the comparison tables show.
+func (r *Report) ComparisonRatios() []RatioEntry {
+	var out []RatioEntry
+	for _, c := range r.Comparisons {
+		subjects, refs := r.present(c.Subjects), r.present(c.References)
+		for _, row := range r.Rows {
+			m := r.Results[row]
+			for _, s := range subjects {
+				for _, ref := range refs {
+					v, ok := Ratio(m[s], m[ref])
+					if !ok {
+						continue
+					}
+					out = append(out, RatioEntry{Row: row, Server: s, Against: ref, Ratio: v, Caveat: m[s].Caveat != "" || m[ref].Caveat != ""})
+				}
+			}
+		}
+	}
+	return out
 }

@@ -38,3 +38,68 @@ func TestMarkdown(t *testing.T) {
 		}
 	}
 }
+
+// TestComparison: the FoundationDB table puts each subject next to every
+// reference with subject/reference ratios; a reference without an
+// equivalent shows a dash, and rows no subject ran are left out.
+func TestComparison(t *testing.T) {
+	r := New("t", []string{"etcd", "fdb-etcd-fdb", "fdb-etcd-fdb3", "fdb-raw", "fdb-raw-batched"}, "fdb-etcd-fdb")
+	r.Comparisons = []Comparison{{
+		Title:      "FDB",
+		Subjects:   []string{"fdb-etcd-fdb", "fdb-etcd-fdb3"},
+		References: []string{"etcd", "kine", "fdb-raw", "fdb-raw-batched"}, // kine did not run
+	}}
+	tp := func(server, row string, v float64) workload.Result {
+		return workload.Result{Server: server, Row: row, Kind: workload.Throughput, Value: v}
+	}
+	for _, res := range []workload.Result{
+		tp("etcd", "put", 2000), tp("fdb-etcd-fdb", "put", 1000), tp("fdb-etcd-fdb3", "put", 500),
+		tp("fdb-raw", "put", 4000), tp("fdb-raw-batched", "put", 8000),
+		tp("etcd", "range", 100), tp("fdb-etcd-fdb", "range", 300),
+		tp("fdb-raw", "range", 600), {Server: "fdb-raw-batched", Row: "range", NoEquivalent: "not a write"},
+		{Server: "fdb-etcd-fdb", Row: "rss", Kind: workload.Bytes, Value: 1 << 20}, {Server: "fdb-raw", Row: "rss", NoEquivalent: "no watchers"},
+		tp("etcd", "etcd only", 1),
+	} {
+		r.Add(res)
+	}
+	var b bytes.Buffer
+	r.Markdown(&b)
+	out := b.String()
+	for _, want := range []string{
+		"## FDB",
+		"| workload | unit | etcd | fdb-raw | fdb-raw-batched | fdb-etcd-fdb | fdb-etcd-fdb/etcd | fdb-etcd-fdb/fdb-raw | fdb-etcd-fdb/fdb-raw-batched | fdb-etcd-fdb3 | fdb-etcd-fdb3/etcd | fdb-etcd-fdb3/fdb-raw | fdb-etcd-fdb3/fdb-raw-batched |",
+		"| put | ops/s ↑ | 2000 | 4000 | 8000 | 1000 | 0.50× | 0.25× | 0.12× | 500 | 0.25× | 0.12× | 0.06× |",
+		"| range | ops/s ↑ | 100 | 600 | – | 300 | 3.00× | 0.50× | – | – | – | – | – |",
+		"| rss | MiB ↓ | – | – | – | 1.0 | – | – | – | – | – | – | – |",
+		"| range | fdb-raw-batched | | | | | | no equivalent: not a write |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out[strings.Index(out, "## FDB"):strings.Index(out, "## Details")], "etcd only") {
+		t.Errorf("a row no subject ran is in the comparison:\n%s", out)
+	}
+	// The main table shows a dash, not n/a, for a reference without an equivalent.
+	if !strings.Contains(out, "| range | ops/s ↑ | 100 | – | 300 | – | – | – | 600 | – | – | – |") {
+		t.Errorf("main table row for range:\n%s", out)
+	}
+
+	got := map[string]float64{}
+	for _, e := range r.ComparisonRatios() {
+		got[e.Row+" "+e.Server+"/"+e.Against] = e.Ratio
+	}
+	want := map[string]float64{
+		"put fdb-etcd-fdb/etcd": 0.5, "put fdb-etcd-fdb/fdb-raw": 0.25, "put fdb-etcd-fdb/fdb-raw-batched": 0.125,
+		"put fdb-etcd-fdb3/etcd": 0.25, "put fdb-etcd-fdb3/fdb-raw": 0.125, "put fdb-etcd-fdb3/fdb-raw-batched": 0.0625,
+		"range fdb-etcd-fdb/etcd": 3, "range fdb-etcd-fdb/fdb-raw": 0.5,
+	}
+	if len(got) != len(want) {
+		t.Errorf("ratios %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("ratio %s = %v, want %v", k, got[k], v)
+		}
+	}
+}

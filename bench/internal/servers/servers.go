@@ -1,7 +1,10 @@
 // Package servers builds and runs the servers under comparison (etcd, kine,
 // fdb-etcd on its embedded store, fdb-etcd on FoundationDB with one and with
 // three replicas), one server at a time, each on a fresh temporary data
-// directory (or FoundationDB keyspace) and on loopback ports only.
+// directory (or FoundationDB keyspace) and on loopback ports only. It also
+// builds the plain FoundationDB client (cmd/fdb-raw) whose columns measure
+// what FoundationDB itself delivers; it has no process of its own to start,
+// only a fresh keyspace.
 package servers
 
 import (
@@ -37,17 +40,27 @@ const (
 	FDBEtcdFDB = "fdb-etcd-fdb"
 	// FDBEtcdFDB3 is three fdb-etcd replicas serving one keyspace.
 	FDBEtcdFDB3 = "fdb-etcd-fdb3"
+	// FDBRaw is the plain FoundationDB client, one transaction per
+	// operation: FoundationDB's ceiling for each row.
+	FDBRaw = "fdb-raw"
+	// FDBRawBatched is the same client with concurrent write operations
+	// group-committed, as fdb-etcd batches them.
+	FDBRawBatched = "fdb-raw-batched"
 )
 
 // Known lists all server names.
-var Known = []string{Etcd, Kine, FDBEtcd, FDBEtcdFDB, FDBEtcdFDB3}
+var Known = []string{Etcd, Kine, FDBEtcd, FDBEtcdFDB, FDBEtcdFDB3, FDBRaw, FDBRawBatched}
 
 // EnvClusterFile names the environment variable that points the FoundationDB
 // servers at a cluster; without it they are left out of the default set.
 const EnvClusterFile = "FDB_CLUSTER_FILE"
 
 // NeedsFDB reports whether server name runs on FoundationDB.
-func NeedsFDB(name string) bool { return name == FDBEtcdFDB || name == FDBEtcdFDB3 }
+func NeedsFDB(name string) bool { return name == FDBEtcdFDB || name == FDBEtcdFDB3 || IsRaw(name) }
+
+// IsRaw reports whether name is the plain FoundationDB client, which the
+// harness runs per row instead of sending it requests.
+func IsRaw(name string) bool { return name == FDBRaw || name == FDBRawBatched }
 
 // Replicas is the number of processes server name runs as.
 func Replicas(name string) int {
@@ -151,7 +164,7 @@ func Build(ctx context.Context, l Layout, names []string, o BuildOptions) (map[s
 		return nil, err
 	}
 	bins := map[string]string{}
-	var tagged string // one build serves both FoundationDB servers
+	var tagged, raw string // one build serves both FoundationDB servers, one both raw columns
 	for _, n := range names {
 		switch n {
 		case Etcd:
@@ -182,6 +195,15 @@ func Build(ctx context.Context, l Layout, names []string, o BuildOptions) (map[s
 				tagged = p
 			}
 			bins[n] = tagged
+		case FDBRaw, FDBRawBatched:
+			if raw == "" {
+				p, err := buildRaw(ctx, l, o)
+				if err != nil {
+					return nil, err
+				}
+				raw = p
+			}
+			bins[n] = raw
 		default:
 			return nil, fmt.Errorf("unknown server %q (known: %s)", n, strings.Join(Known, ","))
 		}
@@ -218,6 +240,21 @@ func buildFDBEtcd(ctx context.Context, l Layout, prebuilt, out string, fdbTag bo
 			return "", fmt.Errorf("building %s (-tags fdb needs cgo and the FoundationDB 7.3 client library): %v\n%s", filepath.Base(out), err, b)
 		}
 		return "", fmt.Errorf("building %s: %v\n%s", filepath.Base(out), err, b)
+	}
+	return out, nil
+}
+
+// buildRaw builds the plain FoundationDB client, ./cmd/fdb-raw of the bench
+// module, into BinDir/fdb-raw, with the fdb tag and cgo as the FoundationDB
+// servers' build (make provides the cgo flags for libfdb_c).
+func buildRaw(ctx context.Context, l Layout, o BuildOptions) (string, error) {
+	out := filepath.Join(l.BinDir, "fdb-raw")
+	o.Logf("building fdb-raw from %s", l.BenchDir)
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "fdb", "-o", out, "./cmd/fdb-raw")
+	cmd.Dir = l.BenchDir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building fdb-raw (-tags fdb needs cgo and the FoundationDB 7.3 client library): %v\n%s", err, b)
 	}
 	return out, nil
 }
@@ -313,7 +350,8 @@ func FreePort() (int, error) {
 
 // Start launches server name from bin on a fresh data dir (on FoundationDB:
 // a fresh keyspace, so runs never see each other's data) and waits until
-// every process answers a range request.
+// every process answers a range request. For the plain FoundationDB client
+// it only prepares the keyspace and a directory for its logs.
 func Start(ctx context.Context, name, bin string, o StartOptions) (*Instance, error) {
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 60 * time.Second
@@ -339,6 +377,9 @@ func Start(ctx context.Context, name, bin string, o StartOptions) (*Instance, er
 		return nil, err
 	}
 	inst.Dir = dir
+	if IsRaw(name) {
+		return inst, nil // the harness runs the client per row, in the keyspace
+	}
 	deadline := time.Now().Add(o.ReadyTimeout)
 	// Replicas start one after the other, so replica 0 takes write
 	// ownership (server/forward) and keeps it for the whole run; the
@@ -505,6 +546,10 @@ func (p *process) waitReady(ctx context.Context, deadline time.Time, timeout tim
 	}
 	return fmt.Errorf("%s not ready after %s: %v; log tail:\n%s", p.name, timeout, last, p.logTail(20))
 }
+
+// ClusterFile is the FoundationDB cluster file of the instance's keyspace;
+// "" off FoundationDB.
+func (i *Instance) ClusterFile() string { return i.clusterFile }
 
 // PIDs are the server's process ids, one per replica.
 func (i *Instance) PIDs() []int {

@@ -3,7 +3,7 @@ package workload
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -51,9 +51,16 @@ func (w *Put) Name() string {
 	return fmt.Sprintf("put %s, distinct keys, %d client%s", SizeLabel(w.Size), w.Clients, plural(w.Clients))
 }
 
+func (w *Put) prefix() string { return fmt.Sprintf("/bench/put/%d-%d/", w.Size, w.Clients) }
+
+// Raw is one blind set of a new key per transaction.
+func (w *Put) Raw(p Params) RawSpec {
+	return RawSpec{Op: RawWrite, Batchable: true, Clients: w.Clients, Prefix: w.prefix(), Values: []int{w.Size}, P: p}
+}
+
 func (w *Put) Run(ctx context.Context, env *Env) (Result, error) {
 	val := Value(w.Size)
-	prefix := fmt.Sprintf("/bench/put/%d-%d/", w.Size, w.Clients)
+	prefix := w.prefix()
 	r, err := RunLoad(ctx, env, LoadSpec{
 		Workers:  w.Clients,
 		Duration: env.P.Duration,
@@ -84,8 +91,20 @@ func (w *RangeOne) Name() string {
 	return fmt.Sprintf("range 1 key (256B), %s, %d clients", mode, w.Clients)
 }
 
+const rangeOneKey = "/bench/range/one"
+
+// Raw is a fresh read version and one get (linearizable), or a get at a
+// recently obtained read version (serializable).
+func (w *RangeOne) Raw(p Params) RawSpec {
+	op := RawGet
+	if w.Serializable {
+		op = RawGetRecent
+	}
+	return RawSpec{Op: op, Clients: w.Clients, Prefix: rangeOneKey, Values: []int{256}, P: p}
+}
+
 func (w *RangeOne) Run(ctx context.Context, env *Env) (Result, error) {
-	key := "/bench/range/one"
+	key := rangeOneKey
 	cli, err := env.NewClient()
 	if err != nil {
 		return Result{}, err
@@ -147,6 +166,11 @@ func (w *CreateTxn) Group() string { return "txn" }
 func (w *CreateTxn) Name() string {
 	p := w.P
 	return fmt.Sprintf("create txn %s×%s, %d clients", CountLabel(p.Objects), SizeLabel(p.ObjectSize), w.Clients)
+}
+
+// Raw is a get of the key and a set if it is absent, in one transaction.
+func (w *CreateTxn) Raw(p Params) RawSpec {
+	return RawSpec{Op: RawCreate, Batchable: true, Clients: w.Clients, Prefix: objectsPrefix, Values: []int{p.ObjectSize}, P: p}
 }
 
 func (w *CreateTxn) Run(ctx context.Context, env *Env) (Result, error) {
@@ -242,6 +266,19 @@ func (w *List) Name() string {
 	}
 }
 
+// Raw reads the same bytes: the object set, in transactions of about a
+// megabyte or of one page, all at one read version.
+func (w *List) Raw(p Params) RawSpec {
+	s := RawSpec{Op: RawList, Prefix: objectsPrefix, Values: []int{p.ObjectSize}, Page: int(p.ListPage), P: p}
+	switch w.Mode {
+	case ListPaginated:
+		s.Op = RawListPages
+	case ListCountOnly:
+		s.Op = RawCount
+	}
+	return s
+}
+
 func (w *List) Run(ctx context.Context, env *Env) (Result, error) {
 	if err := ensureObjects(ctx, env); err != nil {
 		return Result{}, fmt.Errorf("preload: %w", err)
@@ -292,23 +329,28 @@ func (w *List) Run(ctx context.Context, env *Env) (Result, error) {
 	if len(times) == 0 {
 		return Result{}, fmt.Errorf("no LIST completed")
 	}
-	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
+	res := TimedRuns(times, want)
+	res.Row, res.Group = w.Name(), w.Group()
+	if w.Mode == ListPaginated {
+		res.Note += fmt.Sprintf("; %d pages", pages)
+	}
+	return res, nil
+}
+
+// TimedRuns is the Result of a few timed runs that each read keys keys: the
+// median run, with the slowest as p99.
+func TimedRuns(times []time.Duration, keys int64) Result {
+	times = slices.Sorted(slices.Values(times))
 	med := times[len(times)/2]
-	res := Result{
-		Row:   w.Name(),
-		Group: w.Group(),
+	return Result{
 		Kind:  Time,
 		Value: med.Seconds(),
 		P50:   med,
 		P99:   times[len(times)-1], // with few runs, p99 is the slowest run
 		Max:   times[len(times)-1],
 		Ops:   int64(len(times)),
-		Note:  fmt.Sprintf("median of %d runs; %.0f keys/s", len(times), float64(want)/med.Seconds()),
+		Note:  fmt.Sprintf("median of %d runs; %.0f keys/s", len(times), float64(keys)/med.Seconds()),
 	}
-	if w.Mode == ListPaginated {
-		res.Note += fmt.Sprintf("; %d pages", pages)
-	}
-	return res, nil
 }
 
 // listPaged lists [key, end) like kube-apiserver: limit-sized pages, each

@@ -22,6 +22,11 @@ func (w *LeaseKeepAlive) Name() string {
 	return fmt.Sprintf("lease keep-alive round trips, %d clients", w.Clients)
 }
 
+// Raw is one small write: the client's lease deadline, 8 bytes.
+func (w *LeaseKeepAlive) Raw(p Params) RawSpec {
+	return RawSpec{Op: RawWrite, Batchable: true, Clients: w.Clients, Prefix: "/bench/lease-keepalive/", Values: []int{8}, PerClientKey: true, P: p}
+}
+
 func (w *LeaseKeepAlive) Run(ctx context.Context, env *Env) (Result, error) {
 	r, err := RunLoad(ctx, env, LoadSpec{
 		Workers:  w.Clients,
@@ -76,6 +81,12 @@ type LeaseGrantPut struct {
 func (w *LeaseGrantPut) Group() string { return "lease" }
 func (w *LeaseGrantPut) Name() string {
 	return fmt.Sprintf("lease grant + put with lease (256B), %d clients", w.Clients)
+}
+
+// Raw is one transaction with two sets: the lease record (id and TTL, 16
+// bytes) and the key.
+func (w *LeaseGrantPut) Raw(p Params) RawSpec {
+	return RawSpec{Op: RawWrite, Batchable: true, Clients: w.Clients, Prefix: "/bench/lease/", Values: []int{16, 256}, P: p}
 }
 
 func (w *LeaseGrantPut) Run(ctx context.Context, env *Env) (Result, error) {

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -143,24 +144,25 @@ func (w *WatchFanout) Name() string {
 	return fmt.Sprintf("watch fan-out: %d prefix watchers, 1 writer @%d/s (p50 latency)", w.Watchers, w.Rate)
 }
 
+func (w *WatchFanout) prefix() string { return fmt.Sprintf("/bench/watch/%d-%d/", w.Watchers, w.Rate) }
+
+// Raw is the latency of a write's delivery through one FoundationDB watch:
+// see cmd/fdb-raw for why one watch serves every watcher.
+func (w *WatchFanout) Raw(p Params) RawSpec {
+	return RawSpec{Op: RawWatch, Clients: 1, Prefix: w.prefix(), Rate: w.Rate, Watchers: w.Watchers, P: p}
+}
+
 func (w *WatchFanout) Run(ctx context.Context, env *Env) (Result, error) {
-	prefix := fmt.Sprintf("/bench/watch/%d-%d/", w.Watchers, w.Rate)
-	h := hist.New()
-	var delivered, bad atomic.Int64
+	prefix := w.prefix()
+	d := NewDelivery()
 	ws, err := openRawWatchers(ctx, env, w.Watchers, prefix, func(values [][]byte, err error) {
 		if err != nil {
-			bad.Add(1)
+			d.Bad.Add(1)
 			return
 		}
-		now := time.Now().UnixNano()
+		now := time.Now()
 		for _, v := range values {
-			ts, err := strconv.ParseInt(string(v), 10, 64)
-			if err != nil {
-				bad.Add(1)
-				continue
-			}
-			h.Record(time.Duration(now - ts))
-			delivered.Add(1)
+			d.Record(now, v)
 		}
 	})
 	if err != nil {
@@ -168,26 +170,114 @@ func (w *WatchFanout) Run(ctx context.Context, env *Env) (Result, error) {
 	}
 	defer ws.Close()
 
-	// Writer: open loop on one connection. Write i is issued at
-	// start+i/Rate in its own goroutine, with at most maxInflight
-	// outstanding; if the server falls that far behind, the schedule slips
-	// and the achieved rate (in the note) drops below the target.
-	total := int64(float64(w.Rate) * env.P.WatchDuration.Seconds())
-	interval := time.Second / time.Duration(w.Rate)
 	wcli, err := env.NewClient()
 	if err != nil {
 		return Result{}, err
 	}
 	defer wcli.Close()
-	var written, werrs atomic.Int64
-	var firstWErr firstError
-	const maxInflight = 64
-	sem := make(chan struct{}, maxInflight)
-	wctx, wcancel := context.WithTimeout(ctx, 2*env.P.WatchDuration+env.P.OpTimeout)
-	defer wcancel()
-	start := time.Now()
-	var issued int64
+	wr := OpenLoop{Rate: w.Rate, Duration: env.P.WatchDuration, OpTimeout: env.P.OpTimeout}.Run(ctx, func(ctx context.Context, i int64) error {
+		_, err := wcli.Put(ctx, fmt.Sprintf("%sk%03d", prefix, i%100), Stamp(time.Now()))
+		return err
+	})
+	res, err := d.Result(ctx, wr, w.Rate, int64(w.Watchers), env.P.WatchGrace)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Row, res.Group = w.Name(), w.Group()
+	res.Note += fmt.Sprintf("; watcher setup %s", ws.setup.Round(time.Millisecond))
+	return res, nil
+}
+
+// Stamp is the value a watch row writes: the time just before the write
+// was issued, which its delivery is measured from.
+func Stamp(t time.Time) string { return strconv.FormatInt(t.UnixNano(), 10) }
+
+// Delivery tallies what the watchers of a watch row received.
+type Delivery struct {
+	h              *hist.Histogram
+	delivered, Bad atomic.Int64
+}
+
+// NewDelivery returns an empty tally.
+func NewDelivery() *Delivery { return &Delivery{h: hist.New()} }
+
+// Record counts one event, received at now, whose value is a Stamp.
+func (d *Delivery) Record(now time.Time, value []byte) {
+	ts, err := strconv.ParseInt(string(value), 10, 64)
+	if err != nil {
+		d.Bad.Add(1)
+		return
+	}
+	d.h.Record(time.Duration(now.UnixNano() - ts))
+	d.delivered.Add(1)
+}
+
+// Result waits up to grace for every written event to reach each of
+// receivers, then reports the delivery latency (p50 as the value).
+func (d *Delivery) Result(ctx context.Context, wr OpenLoopResult, target int, receivers int64, grace time.Duration) (Result, error) {
+	if wr.Written == 0 {
+		if wr.FirstErr != nil {
+			return Result{}, fmt.Errorf("writer: %w", wr.FirstErr)
+		}
+		return Result{}, errors.New("writer wrote nothing")
+	}
+	expected := wr.Written * receivers
+	graceEnd := time.Now().Add(grace)
+	for d.delivered.Load() < expected && time.Now().Before(graceEnd) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := d.delivered.Load()
+	if got == 0 {
+		return Result{}, fmt.Errorf("no event delivered (%d expected)", expected)
+	}
+	return Result{
+		Kind:    Time,
+		Value:   d.h.Quantile(0.5).Seconds(),
+		P50:     d.h.Quantile(0.5),
+		P99:     d.h.Quantile(0.99),
+		Max:     d.h.Max(),
+		Ops:     got,
+		Errors:  wr.Errors + d.Bad.Load(),
+		Elapsed: wr.Elapsed,
+		Caveat:  DeliveryCaveat(wr.Rate, target, got, expected),
+		Note: fmt.Sprintf("delivered %d/%d (%.1f%%) within %s grace; %d writes issued at %.0f/s",
+			got, expected, 100*float64(got)/float64(expected), grace, wr.Written, wr.Rate) + wr.FailureNote(),
+	}, nil
+}
+
+// OpenLoop is a writer on a fixed schedule: write i is issued at
+// start+i/Rate on its own goroutine, at most MaxInflight (default 64) at a
+// time, for Duration; if the server falls that far behind, the schedule
+// slips and the achieved rate drops below the target.
+type OpenLoop struct {
+	Rate        int
+	Duration    time.Duration
+	OpTimeout   time.Duration
+	MaxInflight int
+}
+
+// OpenLoopResult is what an OpenLoop did.
+type OpenLoopResult struct {
+	Issued, Written, Errors int64
+	FirstErr                error
+	// Rate is the achieved issue rate (writes/s); Elapsed runs until the
+	// last write returned.
+	Rate    float64
+	Elapsed time.Duration
+}
+
+// Run issues the writes and waits for all of them.
+func (l OpenLoop) Run(ctx context.Context, write func(ctx context.Context, i int64) error) OpenLoopResult {
+	total := int64(float64(l.Rate) * l.Duration.Seconds())
+	interval := time.Second / time.Duration(l.Rate)
+	sem := make(chan struct{}, cmp.Or(l.MaxInflight, 64))
+	wctx, cancel := context.WithTimeout(ctx, 2*l.Duration+l.OpTimeout)
+	defer cancel()
+	var r OpenLoopResult
+	var written, errs atomic.Int64
+	var firstErr firstError
 	var wg sync.WaitGroup
+	start := time.Now()
 schedule:
 	for i := int64(0); i < total; i++ {
 		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
@@ -202,67 +292,47 @@ schedule:
 		case <-wctx.Done():
 			break schedule
 		}
-		issued++
+		r.Issued++
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			octx, ocancel := context.WithTimeout(wctx, env.P.OpTimeout)
+			octx, ocancel := context.WithTimeout(wctx, l.OpTimeout)
 			defer ocancel()
-			_, err := wcli.Put(octx, fmt.Sprintf("%sk%03d", prefix, i%100), strconv.FormatInt(time.Now().UnixNano(), 10))
-			if err != nil {
-				werrs.Add(1)
-				firstWErr.Set(err)
+			if err := write(octx, i); err != nil {
+				errs.Add(1)
+				firstErr.Set(err)
 				return
 			}
 			written.Add(1)
 		}()
 	}
-	issueElapsed := time.Since(start)
+	r.Rate = float64(r.Issued) / (time.Since(start) + interval).Seconds()
 	wg.Wait()
-	writeElapsed := time.Since(start)
-	if written.Load() == 0 {
-		if e := firstWErr.Get(); e != nil {
-			return Result{}, fmt.Errorf("writer: %w", e)
-		}
-		return Result{}, errors.New("writer wrote nothing")
+	r.Elapsed = time.Since(start)
+	r.Written, r.Errors, r.FirstErr = written.Load(), errs.Load(), firstErr.Get()
+	return r
+}
+
+// FailureNote is "" or a note on the writes that failed.
+func (r OpenLoopResult) FailureNote() string {
+	if r.FirstErr == nil {
+		return ""
 	}
-	expected := written.Load() * int64(w.Watchers)
-	graceEnd := time.Now().Add(env.P.WatchGrace)
-	for delivered.Load() < expected && time.Now().Before(graceEnd) && ctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
-	got := delivered.Load()
-	if got == 0 {
-		return Result{}, fmt.Errorf("no event delivered (%d expected)", expected)
-	}
-	rate := float64(issued) / (issueElapsed + interval).Seconds()
-	res := Result{
-		Row:     w.Name(),
-		Group:   w.Group(),
-		Kind:    Time,
-		Value:   h.Quantile(0.5).Seconds(),
-		P50:     h.Quantile(0.5),
-		P99:     h.Quantile(0.99),
-		Max:     h.Max(),
-		Ops:     got,
-		Errors:  werrs.Load() + bad.Load(),
-		Elapsed: writeElapsed,
-		Note: fmt.Sprintf("delivered %d/%d (%.1f%%) within %s grace; %d writes issued at %.0f/s; watcher setup %s",
-			got, expected, 100*float64(got)/float64(expected), env.P.WatchGrace,
-			written.Load(), rate, ws.setup.Round(time.Millisecond)),
-	}
+	return fmt.Sprintf("; %d writes failed (a timed-out write may still commit and be delivered), first: %s", r.Errors, ShortErr(r.FirstErr))
+}
+
+// DeliveryCaveat says why a watch row's latencies are not comparable as
+// they stand: the writer reached less than 95% of its target rate, or not
+// every expected event arrived. "" when neither.
+func DeliveryCaveat(rate float64, target int, got, expected int64) string {
 	var caveats []string
-	if rate < 0.95*float64(w.Rate) {
+	if rate < 0.95*float64(target) {
 		caveats = append(caveats, fmt.Sprintf("%.0f w/s", rate))
 	}
 	if got < expected {
 		caveats = append(caveats, fmt.Sprintf("%.1f%% delivered", 100*float64(got)/float64(expected)))
 	}
-	res.Caveat = strings.Join(caveats, ", ")
-	if e := firstWErr.Get(); e != nil {
-		res.Note += fmt.Sprintf("; %d writes failed (a timed-out write may still commit and be delivered), first: %s", werrs.Load(), ShortErr(e))
-	}
-	return res, nil
+	return strings.Join(caveats, ", ")
 }
 
 // ProgressRTT measures the round trip of RequestProgress on an idle watch
@@ -271,6 +341,12 @@ type ProgressRTT struct{}
 
 func (w *ProgressRTT) Group() string { return "progress" }
 func (w *ProgressRTT) Name() string  { return "RequestProgress round trip, idle stream" }
+
+// Raw: none. RequestProgress asks an etcd watch stream where it stands;
+// FoundationDB has no watch stream to ask.
+func (w *ProgressRTT) Raw(p Params) RawSpec {
+	return RawSpec{None: "RequestProgress is an etcd watch-stream message; a plain FoundationDB client has no stream to ask"}
+}
 
 func (w *ProgressRTT) Run(ctx context.Context, env *Env) (Result, error) {
 	cli, err := env.NewClient()
@@ -362,6 +438,12 @@ func (w *WatcherRSS) Group() string     { return "rss" }
 func (w *WatcherRSS) FreshServer() bool { return true }
 func (w *WatcherRSS) Name() string {
 	return fmt.Sprintf("server RSS with %s idle watchers (MiB)", CountLabel(w.P.RSSWatchers))
+}
+
+// Raw: none. The row measures the memory a server spends on idle watchers;
+// a plain FoundationDB client keeps no watchers for anyone.
+func (w *WatcherRSS) Raw(p Params) RawSpec {
+	return RawSpec{None: "the row measures a server's memory per idle watcher; a plain FoundationDB client serves no watchers"}
 }
 
 func (w *WatcherRSS) Run(ctx context.Context, env *Env) (Result, error) {

@@ -61,6 +61,9 @@ type Result struct {
 	Caveat string `json:"caveat,omitempty"`
 	// NA, when set, says why there is no value (unsupported, failed, …).
 	NA string `json:"na,omitempty"`
+	// NoEquivalent, when set, says why a reference measurement (fdb-raw)
+	// has nothing to compare with this row; the table shows a dash.
+	NoEquivalent string `json:"no_equivalent,omitempty"`
 }
 
 // Workload is one row of the report.
@@ -290,11 +293,6 @@ func RunLoad(ctx context.Context, env *Env, s LoadSpec) (LoadResult, error) {
 	}
 	defer CloseAll(clients)
 
-	h := hist.New()
-	var next, ok, errs atomic.Int64
-	var firstErr firstError
-	// Consecutive failures abort the run early (e.g. unsupported request).
-	var consecutive atomic.Int64
 	runCtx, cancel := context.WithTimeout(ctx, bound+s.timeoutSlack(env))
 	defer cancel()
 	ops := make([]func(ctx context.Context, i int64) error, s.Workers)
@@ -313,23 +311,44 @@ func RunLoad(ctx context.Context, env *Env, s LoadSpec) (LoadResult, error) {
 			defer cleanup()
 		}
 	}
+	r := Loop{Bound: bound, MaxOps: s.MaxOps, OpTimeout: env.P.OpTimeout}.Run(runCtx, ops)
+	return r, r.Err(ctx)
+}
+
+// Loop is one closed-loop run: a goroutine per op issues it back to back
+// until Bound passes, MaxOps operations were started (counted over all
+// workers) or ctx ends; each operation gets OpTimeout, and more than 1000
+// consecutive failures end the run. The harness and the plain FoundationDB
+// client (cmd/fdb-raw) measure with the same loop.
+type Loop struct {
+	Bound     time.Duration
+	MaxOps    int64
+	OpTimeout time.Duration
+}
+
+// Run runs ops[w] on worker w's goroutine; i numbers the operations
+// uniquely across workers, from 0.
+func (l Loop) Run(ctx context.Context, ops []func(ctx context.Context, i int64) error) LoadResult {
+	h := hist.New()
+	var next, ok, errs atomic.Int64
+	var firstErr firstError
+	// Consecutive failures abort the run early (e.g. unsupported request).
+	var consecutive atomic.Int64
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	start := time.Now()
-	deadline := start.Add(bound)
+	deadline := start.Add(l.Bound)
 	var wg sync.WaitGroup
-	for w := 0; w < s.Workers; w++ {
-		op := ops[w]
+	for _, op := range ops {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				if runCtx.Err() != nil || time.Now().After(deadline) {
-					return
-				}
+			for runCtx.Err() == nil && time.Now().Before(deadline) {
 				i := next.Add(1) - 1
-				if i >= s.MaxOps {
+				if i >= l.MaxOps {
 					return
 				}
-				octx, ocancel := context.WithTimeout(runCtx, env.P.OpTimeout)
+				octx, ocancel := context.WithTimeout(runCtx, l.OpTimeout)
 				t0 := time.Now()
 				err := op(octx, i)
 				d := time.Since(t0)
@@ -350,24 +369,33 @@ func RunLoad(ctx context.Context, env *Env, s LoadSpec) (LoadResult, error) {
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	r := LoadResult{Ops: ok.Load(), Errors: errs.Load(), FirstErr: firstErr.Get(), Elapsed: elapsed, Hist: h}
+	return LoadResult{Ops: ok.Load(), Errors: errs.Load(), FirstErr: firstErr.Get(), Elapsed: time.Since(start), Hist: h}
+}
+
+// Err is the run's failure: its first error if nothing succeeded, else
+// ctx's error (the run was cut short).
+func (r LoadResult) Err(ctx context.Context) error {
 	if r.Ops == 0 && r.FirstErr != nil {
-		return r, r.FirstErr
+		return r.FirstErr
 	}
 	if r.Ops == 0 {
-		return r, errors.New("no operation completed")
+		return errors.New("no operation completed")
 	}
-	return r, ctx.Err()
+	return ctx.Err()
 }
 
 func (s LoadSpec) timeoutSlack(env *Env) time.Duration { return env.P.OpTimeout + 5*time.Second }
 
-// ResultFrom fills a throughput Result from a LoadResult.
+// ResultFrom fills a throughput Result for w from a LoadResult.
 func ResultFrom(w Workload, r LoadResult) Result {
+	res := r.Result()
+	res.Row, res.Group = w.Name(), w.Group()
+	return res
+}
+
+// Result is the throughput Result of the run (without row and server).
+func (r LoadResult) Result() Result {
 	res := Result{
-		Row:     w.Name(),
-		Group:   w.Group(),
 		Kind:    Throughput,
 		Value:   r.Throughput(),
 		Ops:     r.Ops,

@@ -26,3 +26,30 @@ func TestConnsSpreadReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestRawEquivalents: every row says what the plain FoundationDB client does
+// for it, or why nothing; the write rows, and only they, can be batched.
+func TestRawEquivalents(t *testing.T) {
+	writes := map[string]bool{"put": true, "txn": true, "lease": true}
+	none := map[string]bool{"progress": true, "rss": true}
+	for _, w := range All(Full()) {
+		rw, ok := w.(RawEquivalent)
+		if !ok {
+			t.Errorf("%s: no Raw", w.Name())
+			continue
+		}
+		s := rw.Raw(Full())
+		switch {
+		case none[w.Group()]:
+			if s.Op != "" || s.None == "" {
+				t.Errorf("%s: %+v, want no equivalent with a reason", w.Name(), s)
+			}
+			continue
+		case s.Op == "" || s.Prefix == "":
+			t.Errorf("%s: %+v, want an operation on a prefix", w.Name(), s)
+		}
+		if s.Batchable != writes[w.Group()] {
+			t.Errorf("%s: batchable %v, want %v", w.Name(), s.Batchable, writes[w.Group()])
+		}
+	}
+}

@@ -27,7 +27,7 @@ var (
 	once        sync.Once
 	clusterFile string
 	startErr    error
-	srv         *fdbserver.Server // nil when the cluster came from FDB_CLUSTER_FILE
+	srv         *fdbserver.Cluster // nil when the cluster came from FDB_CLUSTER_FILE
 )
 
 // Unavailable returns why FoundationDB tests cannot run here, or "".

@@ -1,0 +1,135 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/client/pkg/v3/types"
+	"go.uber.org/zap"
+
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/server/alarm"
+	"github.com/fdb-etcd/fdb-etcd/server/cluster"
+	"github.com/fdb-etcd/fdb-etcd/server/header"
+	"github.com/fdb-etcd/fdb-etcd/server/kv"
+	leasesvc "github.com/fdb-etcd/fdb-etcd/server/lease"
+	"github.com/fdb-etcd/fdb-etcd/server/maintenance"
+	"github.com/fdb-etcd/fdb-etcd/server/quota"
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+// errCorruptAlarm is why /readyz fails under a CORRUPT alarm, as etcd's
+// data_corruption check does.
+var errCorruptAlarm = errors.New("alarm CORRUPT raised")
+
+// registerAPI registers the KV, Lease, Maintenance and Cluster services:
+// writes (through kvStore and lessor, see writeRoutes) pass the backend
+// quota and the stored alarms as in etcd, and the member list comes from
+// the registry every replica keeps in the store.
+func (s *Server) registerAPI(ctx context.Context, kvStore kv.Store, lessor leasesvc.Lessor) error {
+	alarms, err := s.openAlarms(ctx)
+	if err != nil {
+		return err
+	}
+	var sizer quota.Sizer
+	if sz, ok := s.db.(storage.Sizer); ok {
+		sizer = sz
+	}
+	q := quota.New(s.cfg.Quota, sizer)
+	s.OnShutdown(q.Close)
+	s.logQuota(q)
+	if err := s.Metrics().Registry().Register(newAPICollector(q, alarms)); err != nil {
+		return err
+	}
+	gate := quota.NewGate(q, alarms, s.hdr.MemberID, s.lg)
+	kvs := kv.New(gate.CappedStore(kvStore), s.hdr, kv.Config{MaxTxnOps: s.cfg.MaxTxnOps, MaxRequestBytes: s.cfg.MaxRequestBytes})
+	pb.RegisterKVServer(s.grpc, gate.KV(kvs))
+	pb.RegisterLeaseServer(s.grpc, gate.Lease(leasesvc.New(gate.CappedLessor(lessor), s.hdr)))
+
+	mc := maintenance.Config{
+		Store:  s.store,
+		Header: s.hdr,
+		Alarms: alarms,
+		Quota:  q,
+		Sizer:  sizer,
+		Snapshotter: s.store.Snapshotter(mvcc.SnapshotConfig{MemberID: s.hdr.MemberID, MemberName: s.cfg.Name,
+			ClientURLs: urlStrings(s.cfg.AdvertiseClientURLs), Term: header.RaftTerm, LeaseTTL: s.lessor.SnapshotTTL}),
+	}
+	if d, ok := s.db.(maintenance.Defragmenter); ok {
+		mc.Defragmenter = d
+	}
+	pb.RegisterMaintenanceServer(s.grpc, maintenance.New(mc))
+	return s.registerCluster(ctx)
+}
+
+// openAlarms opens the stored alarms; /health reports them, and /readyz
+// fails under CORRUPT.
+func (s *Server) openAlarms(ctx context.Context) (*alarm.Store, error) {
+	alarms, err := alarm.Open(ctx, s.db, s.lg)
+	if err != nil {
+		return nil, err
+	}
+	s.OnShutdown(alarms.Stop)
+	s.ops.alarms = alarms
+	s.AddReadyCheck("data_corruption", func(context.Context) error {
+		if alarms.Active(pb.AlarmType_CORRUPT) {
+			return errCorruptAlarm
+		}
+		return nil
+	})
+	return alarms, nil
+}
+
+// registerCluster registers this replica in the member registry and the
+// Cluster service that lists it.
+func (s *Server) registerCluster(ctx context.Context) error {
+	rc := s.cfg.Members
+	rc.ID, rc.Name, rc.ClientURLs = s.hdr.MemberID, s.cfg.Name, urlStrings(s.cfg.AdvertiseClientURLs)
+	if rc.Logger == nil {
+		rc.Logger = s.lg
+	}
+	reg, err := cluster.NewRegistry(ctx, s.db, rc)
+	if err != nil {
+		return err
+	}
+	s.OnShutdown(reg.Stop)
+	pb.RegisterClusterServer(s.grpc, cluster.New(s.hdr, reg.Members))
+	return nil
+}
+
+// logQuota says which quota applies, as etcd does at start.
+func (s *Server) logQuota(q *quota.Quota) {
+	if !q.Enabled() {
+		s.lg.Info("backend quota disabled", zap.Int64("quota-size-bytes", q.Bytes()))
+		return
+	}
+	s.lg.Info("backend quota enabled", zap.Int64("quota-size-bytes", q.Bytes()))
+}
+
+// apiCollector exports etcd's quota and alarm metrics:
+// etcd_server_quota_backend_bytes and etcd_debugging_server_alarms (1 per
+// raised alarm, by member and type), read at scrape time.
+type apiCollector struct {
+	quota  *quota.Quota
+	alarms *alarm.Store
+	qd, ad *prometheus.Desc
+}
+
+func newAPICollector(q *quota.Quota, a *alarm.Store) *apiCollector {
+	return &apiCollector{quota: q, alarms: a,
+		qd: prometheus.NewDesc("etcd_server_quota_backend_bytes", "Current backend storage quota size in bytes.", nil, nil),
+		ad: prometheus.NewDesc("etcd_debugging_server_alarms", "Alarms for every member in cluster. 1 for 'server_id' label with current ID. 2 for 'alarm_type' label with type of this alarm",
+			[]string{"server_id", "alarm_type"}, nil),
+	}
+}
+
+func (c *apiCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.qd; ch <- c.ad }
+
+func (c *apiCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.qd, prometheus.GaugeValue, float64(c.quota.Bytes()))
+	for _, a := range c.alarms.Cached(pb.AlarmType_NONE) {
+		ch <- prometheus.MustNewConstMetric(c.ad, prometheus.GaugeValue, 1, types.ID(a.MemberID).String(), a.Alarm.String())
+	}
+}
