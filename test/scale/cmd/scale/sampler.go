@@ -47,8 +47,11 @@ func (s *sampler) phase(ctx context.Context, res *report.Result, dir string) err
 	res.Samples = append(res.Samples, first)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// The profiles end with the phase, even one cut short.
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if d := s.h.o.cpuProfile; d > 0 && d < s.h.o.profile.Duration {
-		wg.Go(func() { s.storeProfiles(ctx, s.h.o.profile.Duration/2-d/2, d, dir) })
+		wg.Go(func() { s.storeProfiles(pctx, s.h.o.profile.Duration/2-d/2, d, dir) })
 	}
 	done := make(chan profile.Summary, 1)
 	wg.Go(func() { done <- s.run.Drive(ctx) })
@@ -139,8 +142,14 @@ func (s *sampler) storeProfiles(ctx context.Context, after, d time.Duration, dir
 	base := s.st.ClientURLs[0] + "/debug/pprof/"
 	s.fetch(ctx, fmt.Sprintf("%sprofile?seconds=%d", base, int(d.Seconds())), d+time.Minute, filepath.Join(dir, "store-cpu.pprof"))
 	for i := range 2 {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
 		s.fetch(ctx, base+"goroutine?debug=1", time.Minute, filepath.Join(dir, fmt.Sprintf("store-goroutines-%d.txt", i)))
-		time.Sleep(time.Second)
 	}
 }
 
