@@ -21,8 +21,10 @@ var MutatingVerbs = []string{"POST", "PUT", "PATCH", "DELETE", "APPLY"}
 
 // StorageOps are the apiserver's storage calls (etcd_request_duration_seconds):
 // listStream is a LIST over etcd 3.7's RangeStream, getCurrentResourceVersion
-// the revision check before a consistent read from the watch cache.
-var StorageOps = []string{"create", "update", "delete", "get", "list", "listWithCount", "listStream", "getCurrentResourceVersion"}
+// the revision check before a consistent read from the watch cache,
+// listWithCount and listOnlyKeys the periodic object count and size
+// estimate (not on a request's path).
+var StorageOps = []string{"create", "update", "delete", "get", "list", "listStream", "getCurrentResourceVersion", "listWithCount", "listOnlyKeys"}
 
 // View keys.
 const (
