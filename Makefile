@@ -174,6 +174,48 @@ conformance:
 conformance-dropin:
 	$(if $(filter fdb,$(DROPIN_BACKEND)),$(GO) run ./internal/fdbserver/withfdb) sh -c 'cd test/apiserver-conformance/dropin && $(GO) test -count=1 -timeout 180m -v ./... -args -report $(CURDIR)/test/apiserver-conformance/dropin/results/dropin.md'
 
+# conformance-all runs the same for every supported Kubernetes minor, one
+# after the other (hack/matrix.sh; KUBE_VERSIONS to choose): the kube
+# binaries of each are built once (niced, 5-15 min of CPU each) and cached,
+# the reports go to test/apiserver-conformance/results/<version>/ and a
+# table of all of them to results/matrix.md.
+.PHONY: conformance-all
+conformance-all:
+	cd test/apiserver-conformance && ./hack/matrix.sh
+
+# scale runs a simulated Kubernetes cluster (kube-apiserver, controller-
+# manager and scheduler at the conformance module's Kubernetes version,
+# kwok for the kubelets) on etcd, fdb-etcd on Pebble and three fdb-etcd
+# replicas on a throwaway FoundationDB, and reports the apiserver's SLIs
+# side by side in test/scale/results/ (report.md, p99.png, results.json).
+# The full profile takes about 20 min per store; SCALE_FLAGS=-preset=smoke
+# is a few minutes in all. Without FoundationDB the fdb store is left out.
+# etcd (the version Kubernetes pins) and kwok are built once from the Go
+# module proxy through the pinned modules in test/scale/tools/.
+.PHONY: scale
+SCALE_BIN   := $(CURDIR)/test/scale/.bin
+SCALE_FLAGS ?=
+SCALE_RUN    = $(if $(FDB_MISSING),,$(if $(FDB_CLUSTER_FILE),,$(GO) run ./internal/fdbserver/withfdb)) \
+	$(GO) -C test/scale run ./cmd/scale -out results \
+	-kube-bin-dir "$$kubebin" -kwok $(SCALE_BIN)/kwok -kwok-module "$$kwokmod" \
+	-etcd $(SCALE_BIN)/etcd -fdb-etcd $(SCALE_BIN)/fdb-etcd \
+	$(if $(FDB_MISSING),-stores etcd$(COMMA)pebble,-fdb-etcd-fdb $(SCALE_BIN)/fdb-etcd-fdb)
+COMMA := ,
+scale: $(SCALE_BIN)/etcd $(SCALE_BIN)/kwok
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(SCALE_BIN)/fdb-etcd ./cmd/fdb-etcd
+	@if [ -n "$(FDB_MISSING)" ]; then echo "scale: leaving out fdb-etcd on FoundationDB: $(FDB_MISSING)"; \
+	else set -x; CGO_ENABLED=1 $(GO) build -tags fdb -ldflags "$(LDFLAGS)" -o $(SCALE_BIN)/fdb-etcd-fdb ./cmd/fdb-etcd; fi
+	@kubebin="$${KUBE_BIN_DIR:-$$(cd test/apiserver-conformance && hack/build-kube.sh | tail -n1)}" && \
+	kwokmod="$$(cd test/scale/tools/kwok && $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kwok)" && \
+	echo "scale: kube binaries in $$kubebin" && \
+	$(SCALE_RUN) $(SCALE_FLAGS)
+
+$(SCALE_BIN)/etcd: test/scale/tools/etcd/go.mod test/scale/tools/etcd/go.sum
+	cd test/scale/tools/etcd && $(GO) build -trimpath -o $@ go.etcd.io/etcd/server/v3
+
+$(SCALE_BIN)/kwok: test/scale/tools/kwok/go.mod test/scale/tools/kwok/go.sum
+	cd test/scale/tools/kwok && $(GO) build -trimpath -o $@ sigs.k8s.io/kwok/cmd/kwok
+
 # bench and bench-quick: fdb-etcd side by side with etcd and kine.
 include bench/bench.mk
 
