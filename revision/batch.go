@@ -65,7 +65,9 @@ func (s *Sequencer) commitPrefix(batch []*pending) int {
 			if err := s.awaitPending(pend.rec); err != nil {
 				return failAll(batch, len(batch), s.classify(err))
 			}
-			continue
+			// Nothing of the batch committed; the wait may have been long,
+			// so let commit drop the requests whose callers gave up.
+			return 0
 		case errors.Is(err, errStageFirst):
 			return s.commitStaged(batch[0])
 		case errors.Is(err, errLanded):

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -242,9 +243,10 @@ func New(db storage.DB, app Applier, cfg Config) *Sequencer {
 
 // Do submits one write request and waits for its response. sizeHint is the
 // request's encoded size, used to keep batches small. A request whose ctx
-// ends before a batch takes it is answered with ctx's error and never
-// applied; once taken, it is decided whatever ctx does, which keeps "did it
-// apply?" answerable for the caller's retry logic.
+// ends while it is queued leaves the queue at once, answered with ctx's
+// error and never applied; once a batch has taken it, it is decided whatever
+// ctx does, which keeps "did it apply?" answerable for the caller's retry
+// logic.
 func (s *Sequencer) Do(ctx context.Context, req any, sizeHint int) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -259,17 +261,49 @@ func (s *Sequencer) Do(ctx context.Context, req any, sizeHint int) (any, error) 
 	lead := !s.leading
 	s.leading = true
 	s.mu.Unlock()
+	done := ctx.Done()
 	for {
 		if lead {
 			s.lead()
+			lead = false
 		}
 		select {
 		case r := <-p.out:
 			return r.resp, r.err
 		case <-p.lead:
 			lead = true
+		case <-done:
+			if s.leave(p) {
+				return nil, ctx.Err()
+			}
+			done = nil // a batch took it: wait for its outcome
 		}
 	}
+}
+
+// leave removes p from the queue unless a batch has taken it already, and
+// reports whether it did. A lead p was told to take passes to the next
+// request in the queue, or is given up.
+func (s *Sequencer) leave(p *pending) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.Index(s.waiting, p)
+	if i < 0 {
+		return false
+	}
+	s.waiting = slices.Delete(s.waiting, i, i+1)
+	select {
+	case <-p.lead:
+	default:
+		return true
+	}
+	if len(s.waiting) > 0 {
+		s.waiting[0].lead <- struct{}{}
+		return true
+	}
+	s.leading = false
+	s.idle.Broadcast()
+	return true
 }
 
 // lead commits one batch from the front of the queue, then passes the lead
@@ -358,11 +392,30 @@ func (s *Sequencer) batchDecided() {
 	s.mu.Unlock()
 }
 
+// commit decides every request of batch, a prefix at a time. Before each
+// prefix it answers the requests whose ctx has ended: none of them is in a
+// batch that committed, since an attempt that found its batch committed
+// answers the whole prefix.
 func (s *Sequencer) commit(batch []*pending) {
-	for len(batch) > 0 {
-		n := s.commitPrefix(batch)
-		batch = batch[n:]
+	for {
+		batch = dropEnded(batch)
+		if len(batch) == 0 {
+			return
+		}
+		batch = batch[s.commitPrefix(batch):]
 	}
+}
+
+// dropEnded answers the requests of batch whose ctx has ended, unapplied,
+// and returns the others.
+func dropEnded(batch []*pending) []*pending {
+	return slices.DeleteFunc(batch, func(p *pending) bool {
+		if err := p.ctx.Err(); err != nil {
+			p.out <- result{err: err}
+			return true
+		}
+		return false
+	})
 }
 
 // answer sends results to the first len(results) requests of batch.

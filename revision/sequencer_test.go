@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -143,5 +144,134 @@ func TestStopDecidesQueuedRequests(t *testing.T) {
 	}
 	if _, err := seq.Do(context.Background(), "late", 10); !errors.Is(err, revision.ErrStopped) {
 		t.Fatalf("Do after Stop: %v, want ErrStopped", err)
+	}
+}
+
+// gated applies a request (a key) like recorder, but a request named
+// "hold" first reports that it is being applied and waits for release:
+// it holds the lead while the test queues requests behind it.
+type gated struct {
+	recorder
+	holding, release chan struct{}
+}
+
+func (g gated) Apply(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID, req any) (any, bool, error, error) {
+	if req.(string) == "hold" {
+		g.holding <- struct{}{}
+		<-g.release
+	}
+	return g.recorder.Apply(tx, env, rev, id, req)
+}
+
+// awaitQueued waits until n requests are queued behind the lead.
+func awaitQueued(t *testing.T, seq *revision.Sequencer, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for seq.Queued() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests queued, want %d", seq.Queued(), n)
+		}
+		runtime.Gosched()
+	}
+}
+
+// A request whose caller gives up while it is queued behind a batch leaves
+// the queue at once, while that batch is still committing, and is never
+// applied; the request queued behind it still commits.
+func TestCanceledWhileQueuedLeaves(t *testing.T) {
+	db := openDB(t)
+	g := gated{holding: make(chan struct{}, 1), release: make(chan struct{})}
+	seq := revision.New(db, g, revision.Config{})
+	defer seq.Stop()
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(g.release) }) }
+	defer release() // before Stop, which waits for the held batch
+	held := make(chan error, 1)
+	go func() { _, err := seq.Do(context.Background(), "hold", 10); held <- err }()
+	<-g.holding
+	ctx, cancel := context.WithCancel(context.Background())
+	canceled := make(chan error, 1)
+	go func() { _, err := seq.Do(ctx, "canceled", 10); canceled <- err }()
+	awaitQueued(t, seq, 1)
+	after := make(chan any, 1)
+	go func() {
+		r, err := seq.Do(context.Background(), "after", 10)
+		if err != nil {
+			t.Error(err)
+		}
+		after <- r
+	}()
+	awaitQueued(t, seq, 2)
+	cancel()
+	select {
+	case err := <-canceled:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("canceled request answered %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a canceled request stays queued while the batch ahead of it commits")
+	}
+	release()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if r := <-after; r != int64(3) {
+		t.Fatalf("the request after the canceled one took revision %v, want 3", r)
+	}
+	err := db.View(context.Background(), func(tx storage.ReadTx) error {
+		v, err := tx.Get([]byte("canceled"))
+		if err == nil && v != nil {
+			return fmt.Errorf("canceled request was applied at %s", v)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Callers that give up at random moments, queued, leading or in a batch,
+// all get an answer, the lead is never lost, and the requests that were
+// applied took dense revisions.
+func TestCancellationsKeepTheQueueMoving(t *testing.T) {
+	seq := revision.New(openDB(t), recorder{}, revision.Config{})
+	defer seq.Stop()
+	const callers, each = 16, 200
+	revs := make(chan int64, callers*each)
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%3 == 0 {
+					go cancel()
+				}
+				resp, err := seq.Do(ctx, fmt.Sprintf("c/%d/%d", c, i), 10)
+				cancel()
+				switch {
+				case err == nil:
+					revs <- resp.(int64)
+				case !errors.Is(err, context.Canceled):
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(revs)
+	seen := map[int64]bool{}
+	for r := range revs {
+		seen[r] = true
+	}
+	for r := int64(2); r < 2+int64(len(seen)); r++ {
+		if !seen[r] {
+			t.Fatalf("revision %d missing among %d answered requests", r, len(seen))
+		}
+	}
+	if r, err := seq.Do(context.Background(), "last", 10); err != nil || r.(int64) != 2+int64(len(seen)) {
+		t.Fatalf("after the cancellations: revision %v, %v; want %d", r, err, 2+len(seen))
 	}
 }

@@ -1,0 +1,8 @@
+package revision
+
+// Queued is how many requests wait in the queue, not yet taken by a batch.
+func (s *Sequencer) Queued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiting)
+}
