@@ -3,6 +3,7 @@ package mvcc
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -436,5 +437,64 @@ func TestCompactLargeRevision(t *testing.T) {
 	}
 	if n := db.Stats.LimitErrors.Load(); n != 0 {
 		t.Fatalf("%d transactions over FoundationDB's limits", n)
+	}
+}
+
+// stuckReads fails every read-only transaction with transaction_too_old
+// (1007) while stuck is set: a backend on which no read can finish.
+type stuckReads struct {
+	storage.DB
+	stuck atomic.Bool
+}
+
+func (s *stuckReads) View(ctx context.Context, fn func(storage.ReadTx) error) error {
+	return s.DB.View(ctx, func(tx storage.ReadTx) error {
+		if s.stuck.Load() {
+			return storage.ErrTransactionTooOld
+		}
+		return fn(tx)
+	})
+}
+
+// TestStagingReadsAreBounded: staging runs under no deadline as a whole,
+// but a read of it that cannot finish retries for CommitTimeout, not
+// forever: the DeleteRange fails with ErrTimeout and the head stays; once
+// reads work again the next write finishes the staged request.
+func TestStagingReadsAreBounded(t *testing.T) {
+	ctx := context.Background()
+	db := &stuckReads{DB: testdb.Open(t)}
+	defer db.stuck.Store(false) // lets a staging that did not give up end
+	s := openInternal(t, db, Config{StageBytes: 16 << 10, Sequencer: revision.Config{
+		CommitTimeout: 300 * time.Millisecond, BeatInterval: 50 * time.Millisecond, BeatTimeout: 500 * time.Millisecond}})
+	fill(t, s, "b/", 2000, 0)
+	head, _, err := s.Rev(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.stuck.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("b/"), RangeEnd: []byte("b0")})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrTimeout) {
+			t.Fatalf("delete with no read finishing: %v, want ErrTimeout", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("a staging read retries without end under context.Background()")
+	}
+	db.stuck.Store(false)
+	if now, _, err := s.Rev(ctx); err != nil || now != head {
+		t.Fatalf("head %d, %v after the failed delete; want %d", now, err, head)
+	}
+	p, err := s.Put(ctx, &pb.PutRequest{Key: []byte("after"), Value: []byte("v")})
+	if err != nil || p.Header.Revision != head+2 {
+		t.Fatalf("put after the failed delete: %v, %v; want revision %d (the delete finished first)", p, err, head+2)
+	}
+	r, err := s.Range(ctx, &pb.RangeRequest{Key: []byte("b/"), RangeEnd: []byte("b0"), CountOnly: true})
+	if err != nil || r.Count != 0 {
+		t.Fatalf("count after: %v, %v; want 0", r, err)
 	}
 }

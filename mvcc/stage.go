@@ -203,12 +203,21 @@ type deletePages struct {
 }
 
 func (d *deletePages) next(ctx context.Context) ([]*entry, error) {
-	if d.cursor == nil || len(d.end) > 0 && bytes.Compare(d.cursor, d.end) >= 0 {
-		return nil, nil
+	// A page can hold index entries none of which was live: read on.
+	for d.cursor != nil && (len(d.end) == 0 || bytes.Compare(d.cursor, d.end) < 0) {
+		page, err := d.read(ctx)
+		if err != nil || len(page) > 0 {
+			return page, err
+		}
 	}
+	return nil, nil
+}
+
+// read reads the next page from cursor and moves the cursor past it.
+func (d *deletePages) read(ctx context.Context) ([]*entry, error) {
 	var page []*entry
 	var next []byte
-	err := d.s.db.View(ctx, func(tx storage.ReadTx) error {
+	err := d.s.view(ctx, func(tx storage.ReadTx) error {
 		page, next = nil, nil
 		n := 0
 		more, err := scanLive(tx, d.cursor, d.end, d.base, stagePageKeys, func(k []byte, m meta, ver *version) bool {
@@ -232,10 +241,16 @@ func (d *deletePages) next(ctx context.Context) ([]*entry, error) {
 		return nil, err
 	}
 	d.cursor = next
-	if len(page) == 0 && next != nil {
-		return d.next(ctx) // a page of index entries none of which was live
-	}
 	return page, nil
+}
+
+// view runs one read of a staging step under its own deadline: staging runs
+// under no deadline as a whole (its length grows with the request), but no
+// step of it may retry for longer than a batch may.
+func (s *Store) view(ctx context.Context, fn func(tx storage.ReadTx) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Sequencer.CommitTimeout)
+	defer cancel()
+	return s.db.View(ctx, fn)
 }
 
 // stagePageKeys bounds the index entries one staging read scans.
@@ -254,7 +269,7 @@ func (p *revokePages) next(ctx context.Context) ([]*entry, error) {
 	for p.cursor != nil {
 		var page []*entry
 		var next []byte
-		err := p.s.db.View(ctx, func(tx storage.ReadTx) error {
+		err := p.s.view(ctx, func(tx storage.ReadTx) error {
 			page, next = nil, nil
 			kvs, err := tx.GetRange(p.cursor, storage.Strinc(prefix), storage.RangeOptions{Limit: stageRevokePage})
 			if err != nil {
