@@ -44,17 +44,25 @@ const slowAttempt = storage.MaxTransactionAge / 2
 const markerWindow = 64
 
 // commitPrefix commits as many requests from the front of batch as fit and
-// answers them; it returns how many it answered.
+// answers them; it returns how many it answered. Every attempt, the cut
+// batches' included, runs before one deadline CommitTimeout away, so that
+// a batch that shrinks holds the sequencer no longer than one that does
+// not.
 func (s *Sequencer) commitPrefix(batch []*pending) int {
+	deadline := s.cfg.Now().Add(s.cfg.CommitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CommitTimeout)
+	defer cancel()
 	for {
+		if !s.cfg.Now().Before(deadline) {
+			// Cut past its deadline: no attempt of it committed.
+			return failAll(batch, len(batch), fmt.Errorf("%w: batch cut after %v", ErrTimeout, s.cfg.CommitTimeout))
+		}
 		s.seq++
 		a := &attempt{s: s, batch: batch, seq: s.seq, results: make([]result, len(batch))}
 		start := s.cfg.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CommitTimeout)
 		s.batchStarted()
 		err := s.db.Update(ctx, a.run)
 		s.batchDecided()
-		cancel()
 		var shrink errShrink
 		var pend *errPending
 		switch {

@@ -126,3 +126,84 @@ func TestCommitTimeout(t *testing.T) {
 		t.Fatalf("after the timeout: revision %v, %v; want 2", r, err)
 	}
 }
+
+// stepClock is a clock that only moves when told to.
+type stepClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// slowApply applies requests like gated; every request but "hold" takes
+// a second of the clock to evaluate.
+type slowApply struct {
+	gated
+	clock   *stepClock
+	mu      sync.Mutex
+	applied map[string]int
+}
+
+func (a *slowApply) Apply(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID, req any) (any, bool, error, error) {
+	if req.(string) != "hold" {
+		a.clock.advance(time.Second)
+		a.mu.Lock()
+		a.applied[req.(string)]++
+		a.mu.Unlock()
+	}
+	return a.gated.Apply(tx, env, rev, id, req)
+}
+
+// TestCutBatchKeepsItsDeadline: a batch whose attempts grow slow is cut in
+// half and retried, but every cut runs under the deadline of the batch's
+// first attempt: once CommitTimeout has passed its requests are answered
+// ErrTimeout, instead of the cuts each starting a CommitTimeout of their
+// own (a batch of 1,024 requests could hold the sequencer ten times as
+// long).
+func TestCutBatchKeepsItsDeadline(t *testing.T) {
+	clock := &stepClock{now: time.Unix(1e9, 0)}
+	app := &slowApply{gated: gated{holding: make(chan struct{}, 1), release: make(chan struct{})}, clock: clock, applied: map[string]int{}}
+	db := faulty.Wrap(openDB(t), faulty.Options{})
+	seq := revision.New(db, app, revision.Config{CommitTimeout: time.Second, Now: clock.Now})
+	defer seq.Stop()
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(app.release) }) }
+	defer release()
+	held := make(chan error, 1)
+	go func() { _, err := seq.Do(context.Background(), "hold", 10); held <- err }()
+	<-app.holding
+	const n = 8
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { _, err := seq.Do(context.Background(), fmt.Sprintf("r%d", i), 10); errs <- err }()
+		awaitQueued(t, seq, i+1)
+	}
+	// From now on no attempt commits; "hold" too times out.
+	db.SetOptions(faulty.Options{RetryProbability: 1})
+	release()
+	if err := <-held; !errors.Is(err, revision.ErrTimeout) {
+		t.Fatalf("hold: got %v, want ErrTimeout", err)
+	}
+	for range n {
+		if err := <-errs; !errors.Is(err, revision.ErrTimeout) {
+			t.Fatalf("got %v, want ErrTimeout", err)
+		}
+	}
+	// r0 is in every cut of the batch. Its first attempt took 8 s of the
+	// clock, past the 1 s deadline: the batch is answered at its first cut.
+	app.mu.Lock()
+	defer app.mu.Unlock()
+	if got := app.applied["r0"]; got > 2 {
+		t.Fatalf("the first request was evaluated %d times; its batch went on being cut and retried past CommitTimeout", got)
+	}
+}
