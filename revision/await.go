@@ -11,18 +11,20 @@ import (
 )
 
 // awaitPending waits until the staged write recorded as rec is published,
-// finishing it itself if its writer shows no progress for BeatTimeout. The
-// wait does not count against any batch's CommitTimeout: nothing of the
-// waiting batch has been written, and its requests queue as they would
-// behind a long batch.
-func (s *Sequencer) awaitPending(rec []byte) error {
+// finishing it itself if its writer shows no progress for BeatTimeout, or
+// until ctx ends. The wait does not count against any batch's
+// CommitTimeout: nothing of the waiting batch has been written, and its
+// requests queue as they would behind a long batch. A takeover, once
+// started, runs to its end whatever ctx does: it is another writer's
+// request, which every waiter needs published.
+func (s *Sequencer) awaitPending(ctx context.Context, rec []byte) error {
 	pending, beat, err := s.readPending()
 	if err != nil {
 		return err
 	}
 	since := s.cfg.Now()
 	for bytes.Equal(pending, rec) {
-		if err := s.waitPendingChange(rec); err != nil {
+		if err := s.waitPendingChange(ctx, rec); err != nil {
 			return err
 		}
 		var cur []byte
@@ -41,15 +43,18 @@ func (s *Sequencer) awaitPending(rec []byte) error {
 	return nil
 }
 
-// waitPendingChange blocks until Pending differs from rec, for at most a
-// beat timeout, or until Stop.
-func (s *Sequencer) waitPendingChange(rec []byte) error {
-	ctx, cancel := context.WithTimeout(s.stop, s.cfg.BeatTimeout/2)
+// waitPendingChange blocks until Pending differs from rec, for at most
+// half a beat timeout, or until Stop or the end of ctx.
+func (s *Sequencer) waitPendingChange(ctx context.Context, rec []byte) error {
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.BeatTimeout/2)
 	defer cancel()
-	err := s.db.WaitChange(ctx, keyspace.Pending, rec)
+	defer context.AfterFunc(s.stop, cancel)()
+	err := s.db.WaitChange(wctx, keyspace.Pending, rec)
 	switch {
 	case s.stop.Err() != nil:
 		return ErrStopped
+	case ctx.Err() != nil:
+		return ctx.Err()
 	case err == nil || errors.Is(err, context.DeadlineExceeded):
 		return nil
 	}

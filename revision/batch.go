@@ -44,18 +44,19 @@ const slowAttempt = storage.MaxTransactionAge / 2
 const markerWindow = 64
 
 // commitPrefix commits as many requests from the front of batch as fit and
-// answers them; it returns how many it answered. Every attempt, the cut
-// batches' included, runs before one deadline CommitTimeout away, so that
-// a batch that shrinks holds the sequencer no longer than one that does
-// not.
-func (s *Sequencer) commitPrefix(batch []*pending) int {
+// answers them; it returns how many it answered, or, having answered none,
+// the Pending record of the staged write the batch must wait for. Every
+// attempt, the cut batches' included, runs before one deadline
+// CommitTimeout away, so that a batch that shrinks holds the sequencer no
+// longer than one that does not.
+func (s *Sequencer) commitPrefix(batch []*pending) (answered int, staged []byte) {
 	deadline := s.cfg.Now().Add(s.cfg.CommitTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CommitTimeout)
 	defer cancel()
 	for {
 		if !s.cfg.Now().Before(deadline) {
 			// Cut past its deadline: no attempt of it committed.
-			return failAll(batch, len(batch), fmt.Errorf("%w: batch cut after %v", ErrTimeout, s.cfg.CommitTimeout))
+			return failAll(batch, len(batch), fmt.Errorf("%w: batch cut after %v", ErrTimeout, s.cfg.CommitTimeout)), nil
 		}
 		s.seq++
 		a := &attempt{s: s, batch: batch, seq: s.seq, results: make([]result, len(batch))}
@@ -70,14 +71,9 @@ func (s *Sequencer) commitPrefix(batch []*pending) int {
 			batch = batch[:shrink.n]
 			continue
 		case errors.As(err, &pend):
-			if err := s.awaitPending(pend.rec); err != nil {
-				return failAll(batch, len(batch), s.classify(err))
-			}
-			// Nothing of the batch committed; the wait may have been long,
-			// so let commit drop the requests whose callers gave up.
-			return 0
+			return 0, pend.rec // nothing of the batch committed
 		case errors.Is(err, errStageFirst):
-			return s.commitStaged(batch[0])
+			return s.commitStaged(batch[0]), nil
 		case errors.Is(err, errLanded):
 			err = nil
 		case err != nil && len(batch) > 1 && tooLarge(err):
@@ -85,7 +81,7 @@ func (s *Sequencer) commitPrefix(batch []*pending) int {
 			continue
 		}
 		if err != nil {
-			return failAll(batch, len(batch), s.classify(err))
+			return failAll(batch, len(batch), s.classify(err)), nil
 		}
 		if invariants && a.newHead > 0 {
 			s.checkMonotonic(a.base, a.newHead)
@@ -93,7 +89,7 @@ func (s *Sequencer) commitPrefix(batch []*pending) int {
 		if s.cfg.Observe != nil {
 			s.cfg.Observe(len(batch), a.written, s.cfg.Now().Sub(start))
 		}
-		return answer(batch, a.results)
+		return answer(batch, a.results), nil
 	}
 }
 

@@ -264,16 +264,19 @@ func (s *Sequencer) Do(ctx context.Context, req any, sizeHint int) (any, error) 
 	done := ctx.Done()
 	for {
 		if lead {
-			s.lead()
+			s.lead(ctx)
 			lead = false
 		}
 		select {
 		case r := <-p.out:
 			return r.resp, r.err
 		case <-p.lead:
+			if ctx.Err() != nil && s.leave(p, true) {
+				return nil, ctx.Err()
+			}
 			lead = true
 		case <-done:
-			if s.leave(p) {
+			if s.leave(p, false) {
 				return nil, ctx.Err()
 			}
 			done = nil // a batch took it: wait for its outcome
@@ -282,9 +285,9 @@ func (s *Sequencer) Do(ctx context.Context, req any, sizeHint int) (any, error) 
 }
 
 // leave removes p from the queue unless a batch has taken it already, and
-// reports whether it did. A lead p was told to take passes to the next
-// request in the queue, or is given up.
-func (s *Sequencer) leave(p *pending) bool {
+// reports whether it did. The lead p holds (holding), or was told to take,
+// passes to the next request in the queue, or is given up.
+func (s *Sequencer) leave(p *pending, holding bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := slices.Index(s.waiting, p)
@@ -292,10 +295,12 @@ func (s *Sequencer) leave(p *pending) bool {
 		return false
 	}
 	s.waiting = slices.Delete(s.waiting, i, i+1)
-	select {
-	case <-p.lead:
-	default:
-		return true
+	if !holding {
+		select {
+		case <-p.lead:
+		default:
+			return true
+		}
 	}
 	if len(s.waiting) > 0 {
 		s.waiting[0].lead <- struct{}{}
@@ -307,13 +312,14 @@ func (s *Sequencer) leave(p *pending) bool {
 }
 
 // lead commits one batch from the front of the queue, then passes the lead
-// to the oldest request still waiting, or gives it up.
-func (s *Sequencer) lead() {
+// to the oldest request still waiting, or gives it up. ctx is the leading
+// caller's: when it ends, the leader stops waiting for a staged write.
+func (s *Sequencer) lead(ctx context.Context) {
 	s.mu.Lock()
 	batch := s.take()
 	s.mu.Unlock()
 	if len(batch) > 0 {
-		s.commit(batch)
+		s.commit(ctx, batch)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -392,18 +398,49 @@ func (s *Sequencer) batchDecided() {
 	s.mu.Unlock()
 }
 
-// commit decides every request of batch, a prefix at a time. Before each
-// prefix it answers the requests whose ctx has ended: none of them is in a
-// batch that committed, since an attempt that found its batch committed
-// answers the whole prefix.
-func (s *Sequencer) commit(batch []*pending) {
+// commit decides every request of batch, a prefix at a time, unless a
+// staged write is in progress: then the batch goes back to the queue. Before
+// each prefix it answers the requests whose ctx has ended: none of them is
+// in a batch that committed, since an attempt that found its batch
+// committed answers the whole prefix.
+func (s *Sequencer) commit(ctx context.Context, batch []*pending) {
 	for {
 		batch = dropEnded(batch)
 		if len(batch) == 0 {
 			return
 		}
-		batch = batch[s.commitPrefix(batch):]
+		n, staged := s.commitPrefix(batch)
+		if staged != nil {
+			s.awaitQueued(ctx, batch, staged)
+			return
+		}
+		batch = batch[n:]
 	}
+}
+
+// awaitQueued puts batch back at the front of the queue, where its callers
+// can give up (a staged write takes seconds), and waits, holding the lead,
+// until the staged write recorded as rec is published or the leader's ctx
+// ends; the next leader takes the batch again. If the wait fails, the
+// requests of batch still queued are answered with its error.
+func (s *Sequencer) awaitQueued(ctx context.Context, batch []*pending, rec []byte) {
+	s.mu.Lock()
+	s.waiting = append(slices.Clip(batch), s.waiting...)
+	s.mu.Unlock()
+	err := s.awaitPending(ctx, rec)
+	if err == nil || ctx.Err() != nil && !errors.Is(err, ErrStopped) {
+		return
+	}
+	err = s.classify(err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.waiting = slices.DeleteFunc(s.waiting, func(p *pending) bool {
+		if !slices.Contains(batch, p) {
+			return false
+		}
+		p.out <- result{err: err}
+		return true
+	})
 }
 
 // dropEnded answers the requests of batch whose ctx has ended, unapplied,

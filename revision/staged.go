@@ -179,7 +179,7 @@ func (s *Sequencer) reserve(st Stager, id RequestID, req any) (Reservation, erro
 		cancel()
 		var pend *errPending
 		if errors.As(err, &pend) {
-			if err := s.awaitPending(pend.rec); err != nil {
+			if err := s.awaitPending(context.Background(), pend.rec); err != nil {
 				return Reservation{}, nil, err
 			}
 			continue

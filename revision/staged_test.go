@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -274,4 +275,67 @@ func TestSettle(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-done
+}
+
+// waitSignal reports each WaitChange, the wait for a staged write to be
+// published.
+type waitSignal struct {
+	storage.DB
+	waiting chan struct{}
+}
+
+func (d *waitSignal) WaitChange(ctx context.Context, key, seen []byte) error {
+	select {
+	case d.waiting <- struct{}{}:
+	default:
+	}
+	return d.DB.WaitChange(ctx, key, seen)
+}
+
+// TestCanceledWhileAwaitingStagedWrite: a request that waits for another
+// writer's staged request to be published (seconds, for a large one) goes
+// back to the queue meanwhile, so its caller can give up; it is never
+// applied, and the next request takes the revision after the staged one.
+func TestCanceledWhileAwaitingStagedWrite(t *testing.T) {
+	raw := openDB(t)
+	staging, release := make(chan struct{}, 1), make(chan struct{})
+	var releaseOnce sync.Once
+	c := counter{db: raw, chunkDone: func(chunk int) {
+		if chunk == 2 {
+			staging <- struct{}{}
+			<-release
+		}
+	}}
+	seq := revision.New(raw, c, revision.Config{BeatTimeout: time.Minute})
+	defer seq.Stop()
+	defer releaseOnce.Do(func() { close(release) }) // before Stop, which waits for the staging
+	staged := make(chan error, 1)
+	go func() { _, err := seq.Do(context.Background(), 1000, 10); staged <- err }()
+	<-staging
+	db := &waitSignal{DB: raw, waiting: make(chan struct{}, 1)}
+	other := revision.New(db, counter{db: db}, revision.Config{BeatTimeout: time.Minute})
+	defer other.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	canceled := make(chan error, 1)
+	go func() { _, err := other.Do(ctx, 5, 5); canceled <- err }()
+	<-db.waiting
+	cancel()
+	select {
+	case err := <-canceled:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a canceled request waits for another writer's staged request to be published")
+	}
+	releaseOnce.Do(func() { close(release) })
+	if err := <-staged; err != nil {
+		t.Fatal(err)
+	}
+	if r, err := other.Do(context.Background(), 6, 6); err != nil || r.(int64) != 3 {
+		t.Fatalf("next request: revision %v, %v; want 3", r, err)
+	}
+	if h, n := headOf(t, raw), countedAt(t, raw, 3); h != 3 || n != 6 {
+		t.Fatalf("head %d with %d keys of revision 3; want 3 and 6 (the canceled request not applied)", h, n)
+	}
 }
