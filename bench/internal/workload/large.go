@@ -55,7 +55,7 @@ func (w *LargeDelete) Run(ctx context.Context, env *Env) (Result, error) {
 		return Result{}, fmt.Errorf("fill: %w", err)
 	}
 	env.Logf("%s: filled %d keys in %v", w.Name(), w.Keys, time.Since(t0).Round(time.Millisecond))
-	others, err := startOthers(ctx, env)
+	others, err := startOthers(ctx, env, prefix)
 	if err != nil {
 		return Result{}, err
 	}
@@ -82,9 +82,9 @@ func (w *LargeDelete) Run(ctx context.Context, env *Env) (Result, error) {
 		Row: w.Name(), Group: w.Group(), Kind: Time, Value: took.Seconds(),
 		P50: during.Quantile(0.5), P99: during.Quantile(0.99), Max: during.Max(), Ops: int64(during.Count()),
 		Errors: others.errors.Load(), Elapsed: took,
-		Note: fmt.Sprintf("%d other clients: %d puts overlapped the request, p99 %v, max %v (before it: p99 %v); %d puts in all",
+		Note: fmt.Sprintf("%d other clients: %d puts overlapped the request, p99 %v, max %v (before it: p99 %v); %d puts in all; %s",
 			largeOthers, during.Count(), during.Quantile(0.99).Round(time.Microsecond), during.Max().Round(time.Microsecond),
-			before.Quantile(0.99).Round(time.Microsecond), n),
+			before.Quantile(0.99).Round(time.Microsecond), n, others.readNote(start, start.Add(took))),
 	}, nil
 }
 
@@ -139,6 +139,9 @@ type others struct {
 	errors atomic.Int64
 	mu     sync.Mutex
 	puts   []timedOp
+	counts []timedOp // count-only Ranges of the prefix being deleted
+	ranges []timedOp // Ranges of largeRangeKeys keys of it
+	gets   []timedOp // Gets of a key outside it
 	cs     []*clientv3.Client
 }
 
@@ -147,13 +150,26 @@ type timedOp struct {
 	took  time.Duration
 }
 
-func startOthers(ctx context.Context, env *Env) (*others, error) {
-	cs, err := env.Clients(env.Conns(largeOthers))
+func startOthers(ctx context.Context, env *Env, prefix string) (*others, error) {
+	cs, err := env.Clients(env.Conns(largeOthers + 3))
 	if err != nil {
 		return nil, err
 	}
 	lctx, cancel := context.WithCancel(ctx)
 	o := &others{cancel: cancel, cs: cs}
+	n := len(cs)
+	o.read(lctx, env, cs[max(n-2, 0)], &o.counts, func(c context.Context, cli *clientv3.Client) error {
+		_, err := cli.Get(c, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err
+	})
+	o.read(lctx, env, cs[max(n-3, 0)], &o.ranges, func(c context.Context, cli *clientv3.Client) error {
+		_, err := cli.Get(c, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(largeRangeKeys))
+		return err
+	})
+	o.read(lctx, env, cs[n-1], &o.gets, func(c context.Context, cli *clientv3.Client) error {
+		_, err := cli.Get(c, "/bench/large-others/0/0")
+		return err
+	})
 	val := Value(256)
 	for g := 0; g < largeOthers; g++ {
 		o.wg.Add(1)
@@ -180,14 +196,56 @@ func startOthers(ctx context.Context, env *Env) (*others, error) {
 	return o, nil
 }
 
-// stop ends the load and returns the latencies of the puts that overlapped
-// [from, to], of those that finished before from, and the number of puts.
-func (o *others) stop(from, to time.Time) (during, before *hist.Histogram, n int) {
-	o.cancel()
-	o.wg.Wait()
-	CloseAll(o.cs)
+// read runs op back to back on cli until ctx ends, recording each one
+// that succeeded in ops.
+func (o *others) read(ctx context.Context, env *Env, cli *clientv3.Client, ops *[]timedOp, op func(context.Context, *clientv3.Client) error) {
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		for ctx.Err() == nil {
+			t := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, env.P.OpTimeout)
+			err := op(rctx, cli)
+			cancel()
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				o.errors.Add(1)
+			default:
+				o.mu.Lock()
+				*ops = append(*ops, timedOp{t, time.Since(t)})
+				o.mu.Unlock()
+			}
+		}
+	}()
+}
+
+// readNote describes the reads that overlapped [from, to], and those that
+// finished before it: counts of the prefix being deleted, Ranges of its
+// first largeRangeKeys keys, and Gets of a key outside it.
+func (o *others) readNote(from, to time.Time) string {
+	out := "meanwhile (before it)"
+	for _, r := range []struct {
+		what string
+		ops  []timedOp
+	}{{"counts of the prefix", o.counts}, {fmt.Sprintf("Ranges of %dk of its keys", largeRangeKeys/1000), o.ranges}, {"Gets of another key", o.gets}} {
+		during, before := split(r.ops, from, to)
+		out += fmt.Sprintf("; %d %s p50 %v max %v (p50 %v)", during.Count(), r.what,
+			during.Quantile(0.5).Round(time.Microsecond), during.Max().Round(time.Microsecond), before.Quantile(0.5).Round(time.Microsecond))
+	}
+	return out
+}
+
+// largeRangeKeys is how many keys of the prefix being deleted one Range
+// reads.
+const largeRangeKeys = 20_000
+
+// split returns the latencies of the ops that overlapped [from, to] and of
+// those that finished before from.
+func split(ops []timedOp, from, to time.Time) (during, before *hist.Histogram) {
 	during, before = hist.New(), hist.New()
-	for _, p := range o.puts {
+	for _, p := range ops {
 		switch end := p.start.Add(p.took); {
 		case end.Before(from):
 			before.Record(p.took)
@@ -195,5 +253,15 @@ func (o *others) stop(from, to time.Time) (during, before *hist.Histogram, n int
 			during.Record(p.took)
 		}
 	}
+	return during, before
+}
+
+// stop ends the load and returns the latencies of the puts that overlapped
+// [from, to], of those that finished before from, and the number of puts.
+func (o *others) stop(from, to time.Time) (during, before *hist.Histogram, n int) {
+	o.cancel()
+	o.wg.Wait()
+	CloseAll(o.cs)
+	during, before = split(o.puts, from, to)
 	return during, before, len(o.puts)
 }
