@@ -465,7 +465,7 @@ func TestStagingReadsAreBounded(t *testing.T) {
 	db := &stuckReads{DB: testdb.Open(t)}
 	defer db.stuck.Store(false) // lets a staging that did not give up end
 	s := openInternal(t, db, Config{StageBytes: 16 << 10, Sequencer: revision.Config{
-		CommitTimeout: 300 * time.Millisecond, BeatInterval: 50 * time.Millisecond, BeatTimeout: 500 * time.Millisecond}})
+		BeatInterval: 50 * time.Millisecond, BeatTimeout: 500 * time.Millisecond}})
 	fill(t, s, "b/", 2000, 0)
 	head, _, err := s.Rev(ctx)
 	if err != nil {
