@@ -55,8 +55,14 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		name string
 		do   func() error
 	}{
-		{"put, new key", func() error { _, err := s.Put(ctx, &pb.PutRequest{Key: []byte("k1"), Value: []byte(value)}); return err }},
-		{"put, existing key", func() error { _, err := s.Put(ctx, &pb.PutRequest{Key: []byte("k1"), Value: []byte(value)}); return err }},
+		{"put, new key", func() error {
+			_, err := s.Put(ctx, &pb.PutRequest{Key: []byte("k1"), Value: []byte(value)})
+			return err
+		}},
+		{"put, existing key", func() error {
+			_, err := s.Put(ctx, &pb.PutRequest{Key: []byte("k1"), Value: []byte(value)})
+			return err
+		}},
 		{"range, 1 key, linearizable", func() error { _, err := s.Range(ctx, &pb.RangeRequest{Key: []byte("k1")}); return err }},
 		{"range, 1 key, serializable", func() error {
 			_, err := s.Range(ctx, &pb.RangeRequest{Key: []byte("k1"), Serializable: true})
