@@ -7,11 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/revision"
 	"github.com/fdb-etcd/fdb-etcd/storage/opcount"
 )
 
@@ -115,5 +118,44 @@ func compareGolden(t *testing.T, path, got string) {
 	}
 	if got != string(want) {
 		t.Fatalf("FoundationDB work per request changed (rewrite with -update if intended):\n got:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestBatchReadsInOneRoundTrip: a batch of concurrent puts and kube-style
+// updates reads everything it needs in one round trip with the head, however
+// many requests it holds, instead of one read per request.
+func TestBatchReadsInOneRoundTrip(t *testing.T) {
+	db := opcount.Wrap(openPebble(t))
+	var mu sync.Mutex
+	var sizes []int
+	s := openStore(t, db, mvcc.Config{Sequencer: revision.Config{Observe: func(n, _ int, _ time.Duration) {
+		mu.Lock()
+		sizes = append(sizes, n)
+		mu.Unlock()
+	}}})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Appendf(nil, "k/%02d", i)
+			if _, err := s.Put(ctx, &pb.PutRequest{Key: key, Value: []byte("v"), PrevKv: true}); err != nil {
+				t.Error(err)
+			}
+			cmp := []*pb.Compare{{Key: key, Target: pb.Compare_VERSION, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Version{Version: 1}}}
+			put := []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: key, Value: []byte("w")}}}}
+			if _, err := s.Txn(ctx, &pb.TxnRequest{Compare: cmp, Success: put}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	c := db.Reset()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("batches %v: %v", sizes, c)
+	if c.ReadRounds != c.Attempts {
+		t.Fatalf("%d batches (sizes %v) took %d attempts and %d read round trips, want one round trip per attempt", len(sizes), sizes, c.Attempts, c.ReadRounds)
 	}
 }

@@ -137,7 +137,7 @@ func (a *attempt) run(tx storage.Tx) error {
 	if a.runs > 1 {
 		keys = append(keys, keyspace.Batch(s.writer, a.seq))
 	}
-	vals, err := tx.GetMany(keys)
+	vals, err := tx.GetMany(append(keys, a.prefetch()...))
 	if err != nil {
 		return err
 	}
@@ -166,6 +166,19 @@ func (a *attempt) run(tx storage.Tx) error {
 		checkNothingAbove(tx, head.Rev)
 	}
 	return a.apply(tx, head.Rev, env)
+}
+
+// prefetch is the keys the applier will read for the batch, if it says.
+func (a *attempt) prefetch() [][]byte {
+	p, ok := a.s.app.(Prefetcher)
+	if !ok {
+		return nil
+	}
+	reqs := make([]any, len(a.batch))
+	for i, b := range a.batch {
+		reqs[i] = b.req
+	}
+	return p.Prefetch(reqs)
 }
 
 // apply evaluates the batch on top of revision base and writes the head and

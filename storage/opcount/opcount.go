@@ -8,7 +8,10 @@
 // (on its first read, or at commit for a blind write); every Get, GetRange
 // or Scan waits for the previous call, so each is one round trip; GetMany's
 // reads are issued together, one round trip; an attempt that wrote commits
-// in one more round trip, and a read-only one commits locally.
+// in one more round trip, and a read-only one commits locally. A read of a
+// key the attempt has already read or written is answered by the
+// transaction's read-your-writes cache and costs no round trip (point reads
+// only: a key found absent by a range read is counted again).
 package opcount
 
 import (
@@ -128,9 +131,31 @@ func (d *DB) Size() (int64, error) {
 // tx counts one attempt. Only its own goroutine uses it, as storage.Tx
 // requires.
 type tx struct {
-	r storage.ReadTx
-	w storage.Tx // nil in a View
-	c Counts
+	r     storage.ReadTx
+	w     storage.Tx // nil in a View
+	c     Counts
+	known map[string]bool    // keys read or written: the read cache
+	clear []storage.KeyValue // ranges cleared, as begin and end
+}
+
+// cached reports whether a read of key is answered locally.
+func (t *tx) cached(key []byte) bool {
+	if t.known[string(key)] {
+		return true
+	}
+	for _, r := range t.clear {
+		if string(key) >= string(r.Key) && string(key) < string(r.Value) {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *tx) learn(key []byte) {
+	if t.known == nil {
+		t.known = map[string]bool{}
+	}
+	t.known[string(key)] = true
 }
 
 // wrap is what the transaction function gets: t, with Scan when the inner
@@ -143,8 +168,12 @@ func (t *tx) wrap() storage.Tx {
 }
 
 func (t *tx) Get(key []byte) ([]byte, error) {
+	if t.cached(key) {
+		return t.r.Get(key)
+	}
 	v, err := t.r.Get(key)
 	t.c.ReadRounds++
+	t.learn(key)
 	if v != nil {
 		t.c.KeysRead++
 		t.c.BytesRead += len(key) + len(v)
@@ -154,10 +183,20 @@ func (t *tx) Get(key []byte) ([]byte, error) {
 
 func (t *tx) GetMany(keys [][]byte) ([][]byte, error) {
 	vs, err := t.r.GetMany(keys)
-	if len(keys) > 0 {
+	remote := false
+	for _, k := range keys {
+		if !t.cached(k) {
+			remote = true
+		}
+	}
+	if remote {
 		t.c.ReadRounds++
 	}
 	for i, v := range vs {
+		if t.cached(keys[i]) {
+			continue
+		}
+		t.learn(keys[i])
 		if v != nil {
 			t.c.KeysRead++
 			t.c.BytesRead += len(keys[i]) + len(v)
@@ -170,6 +209,7 @@ func (t *tx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storage.Ke
 	kvs, err := t.r.GetRange(begin, end, opt)
 	t.c.ReadRounds++
 	for _, kv := range kvs {
+		t.learn(kv.Key)
 		t.c.KeysRead++
 		t.c.BytesRead += len(kv.Key) + len(kv.Value)
 	}
@@ -184,6 +224,7 @@ type scanTx struct{ *tx }
 func (t scanTx) Scan(begin, end []byte, fn func(key, value []byte) bool) error {
 	t.c.ReadRounds++
 	return t.r.(storage.Scanner).Scan(begin, end, func(k, v []byte) bool {
+		t.learn(k)
 		t.c.KeysRead++
 		t.c.BytesRead += len(k) + len(v)
 		return fn(k, v)
@@ -193,17 +234,20 @@ func (t scanTx) Scan(begin, end []byte, fn func(key, value []byte) bool) error {
 func (t *tx) Set(key, value []byte) {
 	t.c.KeysWritten++
 	t.c.BytesWritten += len(key) + len(value)
+	t.learn(key)
 	t.w.Set(key, value)
 }
 
 func (t *tx) Clear(key []byte) {
 	t.c.KeysWritten++
 	t.c.BytesWritten += len(key)
+	t.learn(key)
 	t.w.Clear(key)
 }
 
 func (t *tx) ClearRange(begin, end []byte) {
 	t.c.KeysWritten++
 	t.c.BytesWritten += len(begin) + len(end)
+	t.clear = append(t.clear, storage.KeyValue{Key: append([]byte(nil), begin...), Value: append([]byte(nil), end...)})
 	t.w.ClearRange(begin, end)
 }

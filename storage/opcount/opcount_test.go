@@ -45,8 +45,9 @@ func TestCountsFollowFoundationDBsClient(t *testing.T) {
 	if got, want := db.Reset(), (opcount.Counts{Attempts: 1, ReadVersions: 1, Commits: 1, KeysWritten: 2, BytesWritten: 5}); got != want {
 		t.Fatalf("blind write: %v, want %v", got, want)
 	}
-	// Reads in sequence are a round trip each; GetMany is one; a read-only
-	// Update commits locally.
+	// Reads in sequence are a round trip each; GetMany is one; a key read
+	// before is answered from the read cache; a read-only Update commits
+	// locally.
 	must(db.Update(ctx, func(tx storage.Tx) error {
 		if _, err := tx.Get([]byte("a")); err != nil {
 			return err
@@ -57,8 +58,28 @@ func TestCountsFollowFoundationDBsClient(t *testing.T) {
 		_, err := tx.GetRange([]byte("a"), []byte("z"), storage.RangeOptions{})
 		return err
 	}))
-	if got, want := db.Reset(), (opcount.Counts{Attempts: 1, ReadVersions: 1, ReadRounds: 3, KeysRead: 5, BytesRead: 12}); got != want {
+	if got, want := db.Reset(), (opcount.Counts{Attempts: 1, ReadVersions: 1, ReadRounds: 3, KeysRead: 4, BytesRead: 10}); got != want {
 		t.Fatalf("reads: %v, want %v", got, want)
+	}
+	// A key the attempt wrote or read is not read again; a GetMany of only
+	// such keys is no round trip.
+	must(db.Update(ctx, func(tx storage.Tx) error {
+		tx.Set([]byte("c"), []byte("3"))
+		tx.ClearRange([]byte("x"), []byte("y"))
+		if _, err := tx.Get([]byte("c")); err != nil {
+			return err
+		}
+		if _, err := tx.GetMany([][]byte{[]byte("c"), []byte("xa")}); err != nil {
+			return err
+		}
+		if _, err := tx.Get([]byte("a")); err != nil {
+			return err
+		}
+		_, err := tx.Get([]byte("a"))
+		return err
+	}))
+	if got, want := db.Reset(), (opcount.Counts{Attempts: 1, ReadVersions: 1, ReadRounds: 1, Commits: 1, KeysRead: 1, BytesRead: 2, KeysWritten: 2, BytesWritten: 4}); got != want {
+		t.Fatalf("cached reads: %v, want %v", got, want)
 	}
 	// Every attempt counts, the failed ones too.
 	tries := 0
