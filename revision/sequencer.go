@@ -223,8 +223,11 @@ type Sequencer struct {
 	settled          chan struct{}
 
 	// Guarded by the lead, not by mu.
-	seq      uint64
-	lastHead int64 // the newest head this writer committed (invariants)
+	seq uint64
+	// lastMarker is the seq of this writer's newest batch marker, which its
+	// next batch clears; 0 before the first.
+	lastMarker uint64
+	lastHead   int64 // the newest head this writer committed (invariants)
 }
 
 type pending struct {
