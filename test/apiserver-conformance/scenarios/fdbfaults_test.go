@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -97,6 +98,7 @@ func TestFDBFaults(t *testing.T) {
 		t.Fatalf("kube-apiserver exited: %v", fs.c.apiserver.err)
 	}
 	w.verify(t, fs.c, func(rv string) { fs.diagnose(t, rv) })
+	fs.checkCache(t)
 	recordFaults(w, phases)
 }
 
@@ -275,4 +277,34 @@ func (fs *faultStack) diagnose(t *testing.T, finalRV string) {
 		cli.Close()
 		t.Logf("replica %d: a watch from %d delivered %s in 5 s; %s", i, rev-5, got, strings.Join(lines, "; "))
 	}
+}
+
+// checkCache compares the apiserver's watch cache with storage, as its
+// consistency checker does (which first runs minutes after the apiserver
+// starts, after this test): a consistent LIST, served from the cache, must
+// name the keys storage holds at their mod revisions.
+func (fs *faultStack) checkCache(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	l, err := fs.c.client.CoreV1().ConfigMaps(faultNS).List(ctx, metav1.ListOptions{})
+	must(t, err, "consistent list")
+	cache := map[string]string{}
+	for _, cm := range l.Items {
+		cache[cm.Name] = cm.ResourceVersion
+	}
+	prefix := "/registry/configmaps/" + faultNS + "/"
+	r, err := fs.c.store.client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(mustParseRV(t, l.ResourceVersion)))
+	must(t, err, "storage read at %s", l.ResourceVersion)
+	stored := map[string]string{}
+	for _, kv := range r.Kvs {
+		stored[strings.TrimPrefix(string(kv.Key), prefix)] = strconv.FormatInt(kv.ModRevision, 10)
+	}
+	if !maps.Equal(cache, stored) {
+		t.Errorf("the watch cache at %s differs from storage:\ncache   %v\nstorage %v", l.ResourceVersion, cache, stored)
+	}
+}
+
+func mustParseRV(t *testing.T, rv string) int64 {
+	n, err := strconv.ParseInt(rv, 10, 64)
+	must(t, err, "resourceVersion %q", rv)
+	return n
 }
