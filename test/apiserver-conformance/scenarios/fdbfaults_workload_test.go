@@ -403,10 +403,9 @@ func (w *workload) verify(t *testing.T, c *cluster, diagnose func(finalRV string
 }
 
 // catchUp waits up to a minute until the watch and the informer hold every
-// object of want at its resourceVersion. kube-apiserver may hold a watch's
-// last events back until a later event of the same watch comes (seen on
-// etcd as on fdb-etcd), so it writes a ConfigMap outside the workload
-// meanwhile; it returns how many times.
+// object of want at its resourceVersion, writing a ConfigMap outside the
+// workload meanwhile, so that a watch whose last events are held back
+// somewhere gets them pushed out; it returns how many writes that took.
 func (w *workload) catchUp(t *testing.T, ctx context.Context, c *cluster, want map[string]string) (int, bool) {
 	flushes := 0
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); flushes++ {
