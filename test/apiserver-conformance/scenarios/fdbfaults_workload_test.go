@@ -383,8 +383,8 @@ func (w *workload) verify(t *testing.T, c *cluster, diagnose func(finalRV string
 	w.stop()
 	t.Logf("the watch and the informer had the final state after %d writes of the flush ConfigMap", flushes)
 	if !ok {
-		t.Errorf("the watch (%d streams, last event at %s, last resourceVersion %s) or the informer did not reach the final list at %s",
-			w.streams, w.lastEventRV(), w.watchRV, final.ResourceVersion)
+		t.Errorf("the watch (%d streams, last event at %s, last resourceVersion %s) or the informer (last sync at %s) did not reach the final list at %s",
+			w.streams, w.lastEventRV(), w.watchRV, w.inf.LastSyncResourceVersion(), final.ResourceVersion)
 		diagnose(final.ResourceVersion)
 	}
 	w.checkWatch(t)
