@@ -195,7 +195,7 @@ func TestImportSnapshotCompat(t *testing.T) {
 	p.check(t, "put after import", &pb.PutRequest{Key: []byte("a"), Value: []byte("5"), PrevKv: true})
 	p.check(t, "txn after import", &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{
 		RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("a"), RangeEnd: []byte("e"), PrevKv: true}}}}})
-	p.check(t, "compact after import", &pb.CompactionRequest{Revision: head, Physical: true})
+	p.check(t, "compact after import", &pb.CompactionRequest{Revision: head})
 	for _, rev := range []int64{0, head + 1, head + 2} {
 		checkHashKV(t, p, rev)
 	}
