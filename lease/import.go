@@ -33,3 +33,11 @@ func WriteImported(tx storage.Tx, id, ttl int64, deadline time.Time) error {
 	setDeadline(tx, id, record{TTL: ttl, Deadline: deadline.UnixMicro()}, old)
 	return nil
 }
+
+// RemoveImported removes the record of a lease the other etcd no longer
+// has (revoked or expired there; its keys' deletions are copied as the
+// revisions they were). Like mvcc's revoke it leaves the deadline-index
+// entry, which the expiring owner clears when it reaches it.
+func RemoveImported(tx storage.Tx, id int64) {
+	tx.Clear(keyspace.Lease(id))
+}

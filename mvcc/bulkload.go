@@ -165,6 +165,24 @@ func (b *BulkLoader) Flush(ctx context.Context) error {
 	if len(b.batch) == 0 {
 		return nil
 	}
+	return b.flush(ctx, 0)
+}
+
+// FlushHead writes the queued versions, which end revision head, and moves
+// the head to it in the same transaction: a mirror publishes each revision
+// it copies this way, while the load stays in progress.
+func (b *BulkLoader) FlushHead(ctx context.Context, head int64) error {
+	last := b.cursor.Rev
+	if n := len(b.batch); n > 0 {
+		last = b.batch[n-1].Rev
+	}
+	if last != head {
+		return fmt.Errorf("mvcc: bulk load head %d is not the revision of the last version queued", head)
+	}
+	return b.flush(ctx, head)
+}
+
+func (b *BulkLoader) flush(ctx context.Context, head int64) error {
 	var next BulkCursor
 	err := b.db.Update(ctx, func(tx storage.Tx) error {
 		raw, err := tx.Get(bulkLoadMarker)
@@ -185,6 +203,9 @@ func (b *BulkLoader) Flush(ctx context.Context) error {
 			return err
 		}
 		tx.Set(bulkLoadMarker, encodeBulkMarker(b.cfg.Source, next))
+		if head > 0 {
+			tx.Set(keyspace.Head, revision.EncodeHead(revision.Head{Rev: head}))
+		}
 		return nil
 	})
 	if err != nil {

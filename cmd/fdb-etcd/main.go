@@ -64,6 +64,8 @@ func runSubcommand(args []string, stdout, stderr io.Writer) (code int, ok bool) 
 		err = healthcheck(args[1:])
 	case "import":
 		err = importSnapshot(args[1:])
+	case "mirror":
+		err = runMirror(args[1:])
 	case "experimental-export-persisted":
 		err = exportPersisted(args[1:], stdout) // test only (testhooks.go)
 	case "gateway", "grpc-proxy":

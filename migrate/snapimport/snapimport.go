@@ -55,9 +55,26 @@ type Config struct {
 	ProgressEvery time.Duration
 }
 
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.LeaseBatch <= 0 {
+		c.LeaseBatch = 500
+	}
+	if c.ProgressEvery <= 0 {
+		c.ProgressEvery = 5 * time.Second
+	}
+	return c
+}
+
 // Result is what an import loaded.
 type Result struct {
 	Head, Compacted int64
+	FirstRev        int64 // the lowest revision in the snapshot, 0 if it holds none
 	Versions        int64 // versions written by this run (a resumed run skips the rest)
 	Leases          int
 	SHA256          string
@@ -75,34 +92,48 @@ var (
 )
 
 // Import loads the snapshot at cfg.Path into db, which must be empty (or
-// hold an interrupted import of the same snapshot, which it resumes).
+// hold an interrupted import of the same snapshot, which it resumes), and
+// publishes it.
 func Import(ctx context.Context, db storage.DB, cfg Config) (Result, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
+	cfg = cfg.withDefaults()
+	loader, res, err := Load(ctx, db, cfg)
+	if err != nil {
+		return res, err
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if err := loader.Publish(ctx, res.State()); err != nil {
+		return res, err
 	}
-	if cfg.LeaseBatch <= 0 {
-		cfg.LeaseBatch = 500
-	}
-	if cfg.ProgressEvery <= 0 {
-		cfg.ProgressEvery = 5 * time.Second
-	}
+	cfg.Logger.Info("snapshot imported", zap.Int64("revision", res.Head), zap.Int64("compact-revision", res.Compacted),
+		zap.Int64("versions", res.Versions), zap.Int("leases", res.Leases))
+	return res, nil
+}
+
+// State is what publishing the loaded snapshot makes visible.
+func (r Result) State() mvcc.BulkState {
+	return mvcc.BulkState{Head: r.Head, Compacted: r.Compacted, FirstRev: r.FirstRev}
+}
+
+// Load writes the snapshot's leases and versions into db without
+// publishing them; the caller may add later revisions to the loader (a
+// mirror does) before it publishes.
+func Load(ctx context.Context, db storage.DB, cfg Config) (*mvcc.BulkLoader, Result, error) {
+	cfg = cfg.withDefaults()
 	sum, err := verifyHash(cfg.Path, cfg.SkipHashCheck, cfg.Logger)
 	if err != nil {
-		return Result{}, err
+		return nil, Result{}, err
 	}
 	bdb, err := bolt.Open(cfg.Path, 0o400, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
-		return Result{}, fmt.Errorf("snapimport: open %s: %w", cfg.Path, err)
+		return nil, Result{}, fmt.Errorf("snapimport: open %s: %w", cfg.Path, err)
 	}
 	defer bdb.Close()
 	res := Result{SHA256: hex.EncodeToString(sum)}
+	var loader *mvcc.BulkLoader
 	err = bdb.View(func(btx *bolt.Tx) error {
-		return load(ctx, db, btx, cfg, sum, &res)
+		loader, err = load(ctx, db, btx, cfg, sum, &res)
+		return err
 	})
-	return res, err
+	return loader, res, err
 }
 
 // verifyHash checks the SHA-256 etcd appends to a snapshot, as etcdutl's
@@ -183,32 +214,26 @@ func readState(btx *bolt.Tx) (snapState, error) {
 	return st, nil
 }
 
-func load(ctx context.Context, db storage.DB, btx *bolt.Tx, cfg Config, sum []byte, res *Result) error {
-	lg := cfg.Logger
+func load(ctx context.Context, db storage.DB, btx *bolt.Tx, cfg Config, sum []byte, res *Result) (*mvcc.BulkLoader, error) {
 	st, err := readState(btx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	res.Head, res.Compacted = st.head, st.compacted
+	res.Head, res.Compacted, res.FirstRev = st.head, st.compacted, st.first
 	loader, cur, err := mvcc.BeginBulkLoad(ctx, db, mvcc.BulkLoadConfig{Source: sum, BatchBytes: cfg.BatchBytes})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	lg.Info("importing snapshot", zap.String("sha256", res.SHA256), zap.Int64("revision", st.head),
+	cfg.Logger.Info("importing snapshot", zap.String("sha256", res.SHA256), zap.Int64("revision", st.head),
 		zap.Int64("compact-revision", st.compacted), zap.Int64("first-revision", st.first),
 		zap.Bool("resumed", cur.Started))
 	if res.Leases, err = loadLeases(ctx, db, btx.Bucket(bucketLease), cfg); err != nil {
-		return err
+		return nil, err
 	}
 	if res.Versions, err = loadVersions(ctx, loader, btx.Bucket(bucketKey), cur, st, cfg); err != nil {
-		return err
+		return nil, err
 	}
-	if err := loader.Publish(ctx, mvcc.BulkState{Head: st.head, Compacted: st.compacted, FirstRev: st.first}); err != nil {
-		return err
-	}
-	lg.Info("snapshot imported", zap.Int64("revision", st.head), zap.Int64("compact-revision", st.compacted),
-		zap.Int64("versions", res.Versions), zap.Int("leases", res.Leases))
-	return nil
+	return loader, nil
 }
 
 // loadVersions writes the key bucket's versions after cur, in revision

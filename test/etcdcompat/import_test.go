@@ -278,6 +278,9 @@ func checkImportedLeases(t *testing.T, p *pair) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, ls := range [][]*pb.LeaseStatus{refLeases.Leases, candLeases.Leases} {
+		sort.Slice(ls, func(i, j int) bool { return ls[i].ID < ls[j].ID })
+	}
 	if fmt.Sprint(refLeases.Leases) != fmt.Sprint(candLeases.Leases) {
 		t.Errorf("leases: etcd %v, fdb-etcd %v", refLeases.Leases, candLeases.Leases)
 	}
