@@ -27,7 +27,7 @@ type leaseSync struct {
 	now func() time.Time
 	lg  *zap.Logger
 
-	mu    sync.Mutex
+	mu sync.Mutex
 	// known holds the leases the target has a record of, with the deadline
 	// last written (zero: not written by this mirror); nil until read.
 	known map[int64]time.Time // guarded by mu
@@ -215,4 +215,3 @@ func (l *leaseSync) knownSet(ctx context.Context, copied bool) (map[int64]time.T
 	}
 	return out, nil
 }
-
