@@ -160,6 +160,10 @@ func DecodeHead(v []byte) (Head, error) {
 	}, nil
 }
 
+// EncodeHead encodes a head key's value. Only the write path and a bulk
+// load into an empty keyspace (mvcc.BulkLoader) write the head.
+func EncodeHead(h Head) []byte { return encodeHead(h) }
+
 func encodeHead(h Head) []byte {
 	out := make([]byte, 0, 24)
 	out = binary.BigEndian.AppendUint64(out, uint64(h.Rev))
