@@ -86,6 +86,9 @@ func (s *Sequencer) commitPrefix(batch []*pending) (answered int, staged []byte)
 		if invariants && a.newHead > 0 {
 			s.checkMonotonic(a.base, a.newHead)
 		}
+		if a.marked {
+			s.lastMarker = a.seq
+		}
 		if s.cfg.Observe != nil {
 			s.cfg.Observe(len(batch), a.written, s.cfg.Now().Sub(start))
 		}
@@ -124,6 +127,7 @@ type attempt struct {
 	written int
 	base    int64 // the head the batch applied on
 	newHead int64 // the head it wrote, 0 if it wrote none
+	marked  bool  // its marker is stored: the batch wrote, or an earlier attempt did
 
 	runs     int
 	lastTook time.Duration
@@ -134,24 +138,29 @@ func (a *attempt) run(tx storage.Tx) error {
 	began := s.cfg.Now()
 	defer func() { a.lastTook = s.cfg.Now().Sub(began) }()
 	a.runs++
-	a.written, a.newHead = 0, 0
-	marker, err := tx.Get(keyspace.Batch(s.writer, a.seq))
+	a.written, a.newHead, a.marked = 0, 0, false
+	// The batch marker can only exist once an attempt of this batch has
+	// run (the writer is new to each process and seq to each batch), so the
+	// first attempt does not read it; a retry reads it with the head, in the
+	// same round trip.
+	keys := [][]byte{keyspace.Head, keyspace.Pending}
+	if a.runs > 1 {
+		keys = append(keys, keyspace.Batch(s.writer, a.seq))
+	}
+	vals, err := tx.GetMany(append(keys, a.prefetch()...))
 	if err != nil {
 		return err
 	}
-	if marker != nil {
-		if err := a.replay(tx, marker); err != nil {
+	if a.runs > 1 && vals[2] != nil {
+		if err := a.replay(tx, vals[2]); err != nil {
 			return err
 		}
+		a.marked = true
 		return errLanded
 	}
 	// Only now, knowing that no earlier attempt landed, may the batch be cut.
 	if a.runs > 1 && len(a.batch) > 1 && a.lastTook > slowAttempt {
 		return errShrink{n: len(a.batch) / 2}
-	}
-	vals, err := tx.GetMany([][]byte{keyspace.Head, keyspace.Pending})
-	if err != nil {
-		return err
 	}
 	if vals[1] != nil {
 		return &errPending{rec: vals[1]}
@@ -168,6 +177,19 @@ func (a *attempt) run(tx storage.Tx) error {
 		checkNothingAbove(tx, head.Rev)
 	}
 	return a.apply(tx, head.Rev, env)
+}
+
+// prefetch is the keys the applier will read for the batch, if it says.
+func (a *attempt) prefetch() [][]byte {
+	p, ok := a.s.app.(Prefetcher)
+	if !ok {
+		return nil
+	}
+	reqs := make([]any, len(a.batch))
+	for i, b := range a.batch {
+		reqs[i] = b.req
+	}
+	return p.Prefetch(reqs)
 }
 
 // apply evaluates the batch on top of revision base and writes the head and
@@ -206,6 +228,12 @@ func (a *attempt) apply(tx storage.Tx, base int64, env Env) error {
 		a.base, a.newHead = base, rev
 	}
 	tx.Set(keyspace.Batch(s.writer, a.seq), encodeMarker(base, start))
+	a.marked = true
+	if s.lastMarker != 0 {
+		// The writer's previous batch is decided: nothing replays it, and
+		// physical compaction need not wait for it (ReplayableMarkers).
+		tx.Clear(keyspace.Batch(s.writer, s.lastMarker))
+	}
 	if a.seq > markerWindow {
 		// A point delete of the one marker leaving the window: range
 		// deletions would pile up as tombstones on every batch.

@@ -69,6 +69,16 @@ type Applier interface {
 	Replay(tx storage.ReadTx, env *Env, rev int64, id RequestID, req any) (resp any, wrote bool, reqErr, err error)
 }
 
+// Prefetcher is an optional Applier capability: the keys Begin and Apply
+// will read for a batch's requests. An attempt reads them in the round trip
+// that reads the head, so that the applier's own reads are answered from
+// the transaction's read cache (FoundationDB's read-your-writes cache keeps
+// every value a transaction has read): a batch of puts waits for one read
+// round trip instead of one per request.
+type Prefetcher interface {
+	Prefetch(reqs []any) [][]byte
+}
+
 // Config tunes the sequencer.
 type Config struct {
 	// MaxBatch bounds the requests in one batch.
@@ -151,6 +161,10 @@ func DecodeHead(v []byte) (Head, error) {
 	}, nil
 }
 
+// EncodeHead encodes a head key's value. Only the write path and a bulk
+// load into an empty keyspace (mvcc.BulkLoader) write the head.
+func EncodeHead(h Head) []byte { return encodeHead(h) }
+
 func encodeHead(h Head) []byte {
 	out := make([]byte, 0, 24)
 	out = binary.BigEndian.AppendUint64(out, uint64(h.Rev))
@@ -214,8 +228,11 @@ type Sequencer struct {
 	settled          chan struct{}
 
 	// Guarded by the lead, not by mu.
-	seq      uint64
-	lastHead int64 // the newest head this writer committed (invariants)
+	seq uint64
+	// lastMarker is the seq of this writer's newest batch marker, which its
+	// next batch clears; 0 before the first.
+	lastMarker uint64
+	lastHead   int64 // the newest head this writer committed (invariants)
 }
 
 type pending struct {
