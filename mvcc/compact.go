@@ -192,24 +192,25 @@ const maxMarkers = 4096
 // how long until it may reach a newer one (0: nothing is waiting).
 //
 // Physical compaction must never remove history that a replay could read:
-// after commit_unknown_result, a batch that evaluated on head B is replayed
-// reading the store as of B (Store.Replay), and a compaction to C > B
-// removes versions that state needs. Such a batch has a batch marker with
-// base B, stored when it committed, which its writer clears in its next
-// batch, once nothing can replay it:
-//   - a batch that commits after the head passed C has a base of at least
-//     C, so when the compactor reads the markers after a compaction to C
-//     was requested, every marker that matters is there
+// after commit_unknown_result, a batch is replayed reading the store as of
+// the head it applied on, or an older revision a Txn's Range asked for
+// (Store.Replay), and a compaction to C above that removes versions the
+// replay needs. Such a batch has a batch marker recording the oldest
+// revision it read (its floor), stored when it committed, which its writer
+// clears in its next batch, once nothing can replay it:
+//   - a batch that commits after the compaction to C was requested reads
+//     nothing below C, so when the compactor reads the markers after that
+//     request, every marker that matters is there
 //     (revision.ReplayableMarkers);
 //   - every attempt of a batch happens within its writer's CommitTimeout,
 //     so a marker first seen ReplayWindow ago is of a decided batch whatever
 //     process wrote it (a writer that stopped leaves its last marker); the
 //     compactor clears those;
 //   - so physical compaction goes as far as the requested revision, or the
-//     lowest base of a marker seen for less than ReplayWindow, and waits
-//     only while a batch below the requested revision may still replay.
-//     Usually none does: a writer's newest batch is the compaction request's
-//     own or newer, and its base is at or above the requested revision.
+//     lowest floor of a marker seen for less than ReplayWindow, and waits
+//     only while a batch reading below the requested revision may still
+//     replay. Usually none does: a writer's newest batch is the compaction
+//     request's own or newer, and reads nothing older than its head.
 //   - with SoleWriter, no other process writes the storage, and this
 //     store's own sequencer says when its batches running at that moment
 //     are decided (Sequencer.Settle), usually at once.
@@ -251,7 +252,7 @@ func (s *Store) compactTarget(ctx context.Context, seen markerSeen) (int64, time
 	return max(target, c.Finished), wait, err
 }
 
-// replaySafe lowers target to the base of every marker seen for less than
+// replaySafe lowers target to the floor of every marker seen for less than
 // window, and returns how long until the first of those expires and the
 // markers that have. seen is updated to the markers found.
 func replaySafe(target int64, markers []revision.Marker, seen markerSeen, now time.Time, window time.Duration) (int64, time.Duration, [][]byte) {
@@ -269,8 +270,8 @@ func replaySafe(target int64, markers []revision.Marker, seen markerSeen, now ti
 		switch {
 		case age >= window:
 			expired = append(expired, m.Key)
-		case m.Base < target:
-			target = m.Base
+		case m.Floor < target:
+			target = m.Floor
 			if left := window - age; wait == 0 || left < wait {
 				wait = left
 			}

@@ -70,3 +70,33 @@ func appendTxn(keys [][]byte, r *pb.TxnRequest) [][]byte {
 	}
 	return keys
 }
+
+// ReadFloor implements revision.ReadFloorer: the oldest explicit revision a
+// Txn's Ranges read at, nested Txns and both branches included, or 0.
+func (s *Store) ReadFloor(req any) int64 {
+	r, ok := req.(*pb.TxnRequest)
+	if !ok {
+		return 0
+	}
+	return txnFloor(r)
+}
+
+func txnFloor(r *pb.TxnRequest) int64 {
+	var floor int64
+	lower := func(rev int64) {
+		if rev > 0 && (floor == 0 || rev < floor) {
+			floor = rev
+		}
+	}
+	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
+		for _, op := range ops {
+			switch o := op.Request.(type) {
+			case *pb.RequestOp_RequestRange:
+				lower(o.RequestRange.Revision)
+			case *pb.RequestOp_RequestTxn:
+				lower(txnFloor(o.RequestTxn))
+			}
+		}
+	}
+	return floor
+}

@@ -227,7 +227,7 @@ func (a *attempt) apply(tx storage.Tx, base int64, env Env) error {
 		tx.Set(keyspace.Head, encodeHead(Head{Rev: rev, Writer: s.writer, Seq: a.seq}))
 		a.base, a.newHead = base, rev
 	}
-	tx.Set(keyspace.Batch(s.writer, a.seq), encodeMarker(base, start))
+	tx.Set(keyspace.Batch(s.writer, a.seq), encodeMarker(base, start, a.floor(base)))
 	a.marked = true
 	if s.lastMarker != 0 {
 		// The writer's previous batch is decided: nothing replays it, and
@@ -245,7 +245,7 @@ func (a *attempt) apply(tx storage.Tx, base int64, env Env) error {
 // replay rebuilds the responses of a batch an earlier attempt committed,
 // under the Env that attempt evaluated against.
 func (a *attempt) replay(tx storage.ReadTx, marker []byte) error {
-	base, env, err := decodeMarker(marker)
+	base, env, _, err := decodeMarker(marker)
 	if err != nil {
 		return err
 	}
@@ -264,18 +264,42 @@ func (a *attempt) replay(tx storage.ReadTx, marker []byte) error {
 	return nil
 }
 
-// A batch marker records the head the batch applied on and the Env it
-// started with.
-func encodeMarker(base int64, env Env) []byte {
-	out := binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(base))
-	return binary.BigEndian.AppendUint64(out, uint64(env.Compacted))
+// A batch marker records the head the batch applied on, the Env it
+// started with, and the lowest revision its requests read (floor): a replay
+// reads the store as of nothing older.
+func encodeMarker(base int64, env Env, floor int64) []byte {
+	out := binary.BigEndian.AppendUint64(make([]byte, 0, 24), uint64(base))
+	out = binary.BigEndian.AppendUint64(out, uint64(env.Compacted))
+	return binary.BigEndian.AppendUint64(out, uint64(floor))
 }
 
-func decodeMarker(v []byte) (int64, Env, error) {
-	if len(v) != 16 {
-		return 0, Env{}, fmt.Errorf("revision: batch marker of %d bytes", len(v))
+// decodeMarker also reads the markers of earlier versions, which had no
+// floor: their requests may have read any revision since the compaction.
+func decodeMarker(v []byte) (base int64, env Env, floor int64, err error) {
+	if len(v) != 16 && len(v) != 24 {
+		return 0, Env{}, 0, fmt.Errorf("revision: batch marker of %d bytes", len(v))
 	}
-	return int64(binary.BigEndian.Uint64(v)), Env{Compacted: int64(binary.BigEndian.Uint64(v[8:]))}, nil
+	base, env = int64(binary.BigEndian.Uint64(v)), Env{Compacted: int64(binary.BigEndian.Uint64(v[8:]))}
+	if len(v) == 16 {
+		return base, env, env.Compacted, nil
+	}
+	return base, env, int64(binary.BigEndian.Uint64(v[16:])), nil
+}
+
+// floor is the lowest revision the batch's requests read: base, or an
+// older explicit revision one of them reads at (ReadFloorer).
+func (a *attempt) floor(base int64) int64 {
+	f, ok := a.s.app.(ReadFloorer)
+	if !ok {
+		return base
+	}
+	floor := base
+	for _, p := range a.batch {
+		if r := f.ReadFloor(p.req); r > 0 && r < floor {
+			floor = r
+		}
+	}
+	return floor
 }
 
 // countingTx measures the bytes a batch writes, to keep it under BatchBytes.

@@ -79,6 +79,14 @@ type Prefetcher interface {
 	Prefetch(reqs []any) [][]byte
 }
 
+// ReadFloorer is an optional Applier capability: the oldest revision req
+// reads at other than the revision it applies on (a Txn's Range at an
+// explicit revision), or 0. A batch's marker records the lowest, so that
+// physical compaction spares what its replay would read.
+type ReadFloorer interface {
+	ReadFloor(req any) int64
+}
+
 // Config tunes the sequencer.
 type Config struct {
 	// MaxBatch bounds the requests in one batch.

@@ -310,7 +310,7 @@ func (s *Sequencer) publish(st Stager, res Reservation, wrote, own bool) error {
 		if wrote {
 			tx.Set(keyspace.Head, encodeHead(Head{Rev: res.Base + 1, Writer: res.ID.Writer, Seq: res.ID.Seq}))
 		}
-		tx.Set(keyspace.Batch(res.ID.Writer, res.ID.Seq), encodeMarker(res.Base, res.Env))
+		tx.Set(keyspace.Batch(res.ID.Writer, res.ID.Seq), encodeMarker(res.Base, res.Env, res.Base))
 		if own && res.ID.Seq > markerWindow {
 			tx.Clear(keyspace.Batch(res.ID.Writer, res.ID.Seq-markerWindow))
 		}
