@@ -106,6 +106,14 @@ type Sizer interface {
 	Size() (int64, error)
 }
 
+// RangeSizer is an optional capability: an estimate of the bytes the keys
+// in [begin, end) use, sampled like FoundationDB's estimated range size. It
+// may report 0 for a small range (data not yet sampled or flushed); callers
+// that need a floor count small ranges themselves.
+type RangeSizer interface {
+	RangeSize(begin, end []byte) (int64, error)
+}
+
 // Errors with FoundationDB's meaning. Backends return these (wrapped) so that
 // the layers above can match them with errors.Is.
 var (

@@ -100,8 +100,9 @@ type DB struct {
 }
 
 var (
-	_ storage.DB    = (*DB)(nil)
-	_ storage.Sizer = (*DB)(nil)
+	_ storage.DB         = (*DB)(nil)
+	_ storage.Sizer      = (*DB)(nil)
+	_ storage.RangeSizer = (*DB)(nil)
 )
 
 // Open connects to the cluster in o.ClusterFile and returns the keyspace
@@ -548,6 +549,25 @@ func (d *DB) Size() (int64, error) {
 			sum += int64(len(kv.Key) - len(d.prefix) + len(kv.Value))
 		}
 		n = max(est, sum)
+		return false, nil
+	})
+	return n, err
+}
+
+// RangeSize is FoundationDB's sampled estimate of the bytes in [begin, end)
+// of this keyspace; it is 0 for ranges too small to be sampled.
+func (d *DB) RangeSize(begin, end []byte) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	begin, end = clip(begin), clip(end)
+	var n int64
+	err := d.run(ctx, func(tr fdbgo.Transaction) (bool, error) {
+		kr := fdbgo.KeyRange{Begin: fdbgo.Key(d.key(begin)), End: fdbgo.Key(d.key(end))}
+		est, err := tr.GetEstimatedRangeSizeBytes(kr).Get()
+		if err != nil {
+			return false, mapError(err)
+		}
+		n = est
 		return false, nil
 	})
 	return n, err
