@@ -36,6 +36,11 @@ const (
 	MaxValueSize        = 100_000
 	MaxTransactionBytes = 10_000_000
 	MaxTransactionAge   = 5 * time.Second
+	// MaxNestingBytes is the room backends leave above MaxKeySize so that
+	// one keyspace can nest in another (package tenant prefixes every key
+	// of a tenant) while the nested keyspace's callers keep MaxKeySize
+	// bytes of their own; the nesting layer enforces MaxKeySize on them.
+	MaxNestingBytes = 16
 )
 
 // KeyValue is one stored pair.

@@ -155,3 +155,18 @@ func racingWriter(t *testing.T, db *DB, reg *Registry) {
 		t.Fatalf("writer racing the delete: %v after %d attempts, want ErrDeleted", err, attempts)
 	}
 }
+
+// TestKeySizeLimit: a tenant's callers get storage.MaxKeySize, no more,
+// although the backend takes the prefixed key.
+func TestKeySizeLimit(t *testing.T) {
+	db, _, _ := newTenantDB(t, "limits")
+	long := make([]byte, storage.MaxKeySize+1)
+	err := db.Update(ctxT(t), func(tx storage.Tx) error { tx.Set(long, []byte("v")); return nil })
+	if !errors.Is(err, storage.ErrKeyTooLarge) {
+		t.Fatalf("set of a %d-byte key: %v, want ErrKeyTooLarge", len(long), err)
+	}
+	err = db.Update(ctxT(t), func(tx storage.Tx) error { tx.Set(long[1:], []byte("v")); return nil })
+	if err != nil {
+		t.Fatalf("set of a %d-byte key: %v", len(long)-1, err)
+	}
+}

@@ -1,6 +1,8 @@
 package tenant
 
 import (
+	"fmt"
+
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
@@ -37,10 +39,17 @@ type wrapped interface {
 type fenceTx struct {
 	r storage.ReadTx
 	f fence
+	// err is the first write refused for its key's size; like the
+	// backends' deferred errors it fails the reads that follow and the
+	// commit.
+	err error
 }
 
 // check reads the fence if no read did yet.
 func (t *fenceTx) check() error {
+	if t.err != nil {
+		return t.err
+	}
 	if !t.f.read {
 		v, err := t.r.Get(t.f.key)
 		if err != nil {
@@ -54,6 +63,9 @@ func (t *fenceTx) check() error {
 // getMany reads keys (already prefixed), and the fence with them when it
 // is still unread.
 func (t *fenceTx) getMany(keys [][]byte) ([][]byte, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
 	if t.f.read {
 		if err := t.f.err(); err != nil {
 			return nil, err
@@ -101,7 +113,7 @@ func (t *readTx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storag
 	if err := t.ft.check(); err != nil {
 		return nil, err
 	}
-	kvs, err := t.ft.r.GetRange(t.d.key(begin), t.d.key(end), opt)
+	kvs, err := t.ft.r.GetRange(t.d.key(clip(begin)), t.d.key(clip(end)), opt)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +129,7 @@ func (t *readTx) scan(sc storage.Scanner, begin, end []byte, fn func(key, value 
 		return err
 	}
 	n := len(t.d.prefix)
-	return sc.Scan(t.d.key(begin), t.d.key(end), func(k, v []byte) bool { return fn(k[n:], v) })
+	return sc.Scan(t.d.key(clip(begin)), t.d.key(clip(end)), func(k, v []byte) bool { return fn(k[n:], v) })
 }
 
 // writeTx adds the writes.
@@ -126,10 +138,36 @@ type writeTx struct {
 	w storage.Tx
 }
 
-func (t *writeTx) Set(key, value []byte) { t.w.Set(t.d.key(key), value) }
-func (t *writeTx) Clear(key []byte)      { t.w.Clear(t.d.key(key)) }
+// Set refuses keys over storage.MaxKeySize as the backends do, although
+// the backend would take the prefixed key (storage.MaxNestingBytes).
+func (t *writeTx) Set(key, value []byte) {
+	if len(key) > storage.MaxKeySize {
+		if t.ft.err == nil {
+			t.ft.err = fmt.Errorf("%w (set of a %d-byte key)", storage.ErrKeyTooLarge, len(key))
+		}
+		return
+	}
+	t.w.Set(t.d.key(key), value)
+}
+
+// Clear of a key over storage.MaxKeySize does nothing: no such key exists.
+func (t *writeTx) Clear(key []byte) {
+	if len(key) <= storage.MaxKeySize {
+		t.w.Clear(t.d.key(key))
+	}
+}
+
 func (t *writeTx) ClearRange(begin, end []byte) {
-	t.w.ClearRange(t.d.key(begin), t.d.key(end))
+	t.w.ClearRange(t.d.key(clip(begin)), t.d.key(clip(end)))
+}
+
+// clip shortens a range bound to storage.MaxKeySize+1 bytes, which selects
+// the same keys (none is longer than storage.MaxKeySize).
+func clip(b []byte) []byte {
+	if len(b) > storage.MaxKeySize+1 {
+		return b[:storage.MaxKeySize+1]
+	}
+	return b
 }
 
 // The Scanner capability is passed on when the backend's transactions have

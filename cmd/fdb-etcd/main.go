@@ -60,6 +60,8 @@ func runSubcommand(args []string, stdout, stderr io.Writer) (code int, ok bool) 
 	switch args[0] {
 	case "version":
 		printVersion(stdout)
+	case "tenant":
+		err = runTenantCommand(args[1:], stdout)
 	case "healthcheck":
 		err = healthcheck(args[1:])
 	case "experimental-export-persisted":
@@ -89,20 +91,21 @@ func serve(cfg *config) error {
 	if err != nil {
 		return err
 	}
-	srv, err := startServer(cfg, sc, lg)
+	stop, err := startServer(cfg, sc, lg)
 	if err != nil {
 		return err
 	}
 	lg.Info("fdb-etcd started", zap.String("name", sc.Name), zap.String("backend", ec.Backend),
 		zap.Strings("listen-client-urls", urlList(sc.ListenClientURLs)),
 		zap.Strings("listen-metrics-urls", urlList(sc.ListenMetricsURLs)),
-		zap.Bool("client-cert-auth", sc.TLS.ClientCertAuth), zap.String("version", buildVersion()))
+		zap.Bool("client-cert-auth", sc.TLS.ClientCertAuth), zap.String("tenancy", cfg.etcd.Tenancy),
+		zap.String("version", buildVersion()))
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	s := <-sig
 	lg.Info("shutting down", zap.String("signal", s.String()))
-	srv.Stop()
+	stop()
 	lg.Info("stopped")
 	return nil
 }
@@ -132,8 +135,9 @@ func serverConfig(cfg *config, lg *zap.Logger) (server.Config, error) {
 	return sc, nil
 }
 
-// startServer opens the store and serves it.
-func startServer(cfg *config, sc server.Config, lg *zap.Logger) (*server.Server, error) {
+// startServer opens the store and serves it; the function it returns
+// stops serving and closes the store.
+func startServer(cfg *config, sc server.Config, lg *zap.Logger) (func(), error) {
 	backend, err := openBackend(cfg.etcd)
 	if err != nil {
 		return nil, err
@@ -141,6 +145,9 @@ func startServer(cfg *config, sc server.Config, lg *zap.Logger) (*server.Server,
 	db, err := cfg.test.wrap(backend, lg) // test-only hooks, off by default
 	if err != nil {
 		return nil, err
+	}
+	if cfg.etcd.Tenancy == tenancyClientCertCN {
+		return startTenancy(cfg, sc, db, lg)
 	}
 	srv, err := server.New(sc, db)
 	if err != nil {
@@ -157,7 +164,7 @@ func startServer(cfg *config, sc server.Config, lg *zap.Logger) (*server.Server,
 		srv.Stop()
 		return nil, err
 	}
-	return srv, nil
+	return srv.Stop, nil
 }
 
 // logNotes writes what parsing had to say, now that the logger exists.
