@@ -84,9 +84,9 @@ type instance struct {
 	l     *connListener
 	err   error
 
-	conns    int          // guarded by Router.mu: connections handed to srv and open
-	stopIdle func() bool  // guarded by Router.mu: cancels the pending idle stop
-	stopping bool         // guarded by Router.mu: srv is stopping or stopped
+	conns    int           // guarded by Router.mu: connections handed to srv and open
+	stopIdle func() bool   // guarded by Router.mu: cancels the pending idle stop
+	stopping bool          // guarded by Router.mu: srv is stopping or stopped
 	stopped  chan struct{} // closed once srv has stopped (or never started)
 }
 
