@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
+	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/server"
 	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig"
 	"github.com/fdb-etcd/fdb-etcd/storage"
@@ -79,6 +81,9 @@ func (r *Router) start(inst *instance, addr net.Addr) error {
 		return err
 	}
 	inst.srv = srv
+	wctx, cancel := context.WithCancel(context.Background())
+	inst.unwatch, inst.watchDone = cancel, make(chan struct{})
+	go r.watchLive(wctx, inst)
 	srv.ServeListener(inst.l)
 	r.lg.Debug("tenant server started", zap.String("tenant", inst.rec.Name))
 	return nil
@@ -120,7 +125,71 @@ func (r *Router) idleStop(inst *instance) {
 	inst.stopIdle = nil
 	r.mu.Unlock()
 	r.lg.Debug("tenant server idle: stopping", zap.String("tenant", inst.rec.Name))
-	r.stop(inst)
+	r.stop(inst, false)
+}
+
+// watchLive stops inst's server as soon as its tenant is deleted, which
+// closes its connections: clients reconnect and are refused, rather than
+// have every request fail with ErrDeleted on a connection that stays.
+func (r *Router) watchLive(ctx context.Context, inst *instance) {
+	defer close(inst.watchDone)
+	live := keyspace.TenantLive(inst.rec.ID)
+	for {
+		err := r.db.WaitChange(ctx, live, []byte{})
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			gone, rerr := r.gone(ctx, live)
+			if rerr == nil && !gone {
+				continue // a spurious wake-up
+			}
+			err = rerr
+		}
+		if err == nil {
+			break
+		}
+		r.lg.Warn("watching a tenant's deletion", zap.String("tenant", inst.rec.Name), zap.Error(err))
+		if !wait(ctx, lookupTimeout) {
+			return
+		}
+	}
+	r.mu.Lock()
+	if inst.stopping {
+		r.mu.Unlock()
+		return
+	}
+	inst.stopping = true
+	if inst.stopIdle != nil {
+		inst.stopIdle()
+		inst.stopIdle = nil
+	}
+	r.mu.Unlock()
+	r.lg.Info("tenant deleted: stopping its server", zap.String("tenant", inst.rec.Name))
+	r.stop(inst, true)
+}
+
+// gone reports whether the live marker is absent.
+func (r *Router) gone(ctx context.Context, live []byte) (bool, error) {
+	var v []byte
+	err := r.db.View(ctx, func(tx storage.ReadTx) error {
+		var err error
+		v, err = tx.Get(live)
+		return err
+	})
+	return v == nil, err
+}
+
+// wait waits d or until ctx ends, and reports whether it was d.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // retire stops name's server unless it serves tenant id keep.
@@ -138,15 +207,19 @@ func (r *Router) retire(name string, keep uint64) {
 	}
 	r.mu.Unlock()
 	r.lg.Info("tenant deleted: stopping its server", zap.String("tenant", name))
-	r.stop(inst)
+	r.stop(inst, false)
 }
 
 // stop stops inst's server (its connections close with it), once inst is
-// marked stopping by the caller.
-func (r *Router) stop(inst *instance) {
+// marked stopping by the caller; fromWatch says the caller is watchLive.
+func (r *Router) stop(inst *instance, fromWatch bool) {
 	<-inst.ready
 	if inst.err != nil {
 		return // never started; start closed stopped
+	}
+	inst.unwatch()
+	if !fromWatch {
+		<-inst.watchDone
 	}
 	inst.srv.Stop()
 	r.mu.Lock()
@@ -187,7 +260,7 @@ func (r *Router) Close() {
 	}
 	r.conns.Wait()
 	for _, inst := range stop {
-		r.stop(inst)
+		r.stop(inst, false)
 	}
 	for _, inst := range wait {
 		<-inst.stopped

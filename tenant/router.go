@@ -88,6 +88,9 @@ type instance struct {
 	stopIdle func() bool   // guarded by Router.mu: cancels the pending idle stop
 	stopping bool          // guarded by Router.mu: srv is stopping or stopped
 	stopped  chan struct{} // closed once srv has stopped (or never started)
+
+	unwatch   context.CancelFunc // ends watchLive
+	watchDone chan struct{}      // closed when watchLive returns
 }
 
 // NewRouter returns a router over the shared store db; it serves once

@@ -61,7 +61,7 @@ func (it *idleTimers) fire() int {
 }
 
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	ca     *tlstest.CA
 	addr   string
 	router *Router
@@ -71,7 +71,7 @@ type env struct {
 
 // startRouter serves a router on loopback over a fresh shared store, with
 // a real TLS configuration that requires client certificates.
-func startRouter(t *testing.T, autoCreate bool) *env {
+func startRouter(t testing.TB, autoCreate bool) *env {
 	ca := tlstest.NewCA(t, "tenant-test-ca")
 	files := tlstest.Write(t, t.TempDir(), ca.Server(t, "localhost"), ca)
 	rl, err := tlsconfig.New(tlsconfig.Config{CertFile: files.Cert, KeyFile: files.Key,
@@ -99,10 +99,19 @@ func startRouter(t *testing.T, autoCreate bool) *env {
 	return &env{t: t, ca: ca, addr: l.Addr().String(), router: r, db: db, timers: timers}
 }
 
-// client dials the router with a client certificate for cn.
+// client dials the router with a client certificate for cn; the client
+// closes when the test ends.
 func (e *env) client(cn string) *clientv3.Client {
 	e.t.Helper()
-	cert := e.ca.Client(e.t, cn).TLS(e.t)
+	cli := e.dial(e.clientCert(cn))
+	e.t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+func (e *env) clientCert(cn string) tls.Certificate { return e.ca.Client(e.t, cn).TLS(e.t) }
+
+func (e *env) dial(cert tls.Certificate) *clientv3.Client {
+	e.t.Helper()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{"https://" + e.addr},
 		DialTimeout: 10 * time.Second,
@@ -112,7 +121,6 @@ func (e *env) client(cn string) *clientv3.Client {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(func() { _ = cli.Close() })
 	return cli
 }
 
@@ -342,8 +350,20 @@ func TestDelete(t *testing.T) {
 	if err := e.router.Registry().Delete(ctx, "erin"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := erin.Put(ctx, "k", "again"); err == nil {
-		t.Fatal("a deleted tenant's open connection still writes")
+	// Its server stops, closing the connection; the client reconnects and
+	// is refused.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := erin.Put(ctx, "k", "again")
+		if errors.Is(err, rpctypes.ErrPermissionDenied) {
+			break
+		}
+		if err == nil {
+			t.Fatal("a deleted tenant's open connection still writes")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deleted tenant's open connection not refused: %v", err)
+		}
 	}
 	if _, err := e.client("erin").Get(ctx, "k"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("new connection of a deleted tenant: %v", err)
