@@ -81,6 +81,9 @@ func startRouter(t testing.TB, autoCreate bool) *env {
 	}
 	db := testdb.Open(t)
 	sc := server.Config{Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}
+	if _, bench := t.(*testing.B); bench {
+		sc.Logger = zap.NewNop() // a benchmark's log would stay in memory and count as the tenants'
+	}
 	sc.MVCC.SoleWriter = testdb.Backend() == "pebble"
 	timers := &idleTimers{}
 	r, err := NewRouter(Config{Server: sc, TLS: rl.ServerConfig(), AutoCreate: autoCreate,

@@ -72,7 +72,9 @@ func startTenancy(cfg *config, sc server.Config, db storage.DB, lg *zap.Logger) 
 		return nil, err
 	}
 	root := sc
-	root.ListenClientURLs = nil
+	// Its client URLs are the router's, which takes no forwarded writes;
+	// nothing writes to the root keyspace through the API anyway.
+	root.ListenClientURLs, root.ForwardWrites = nil, false
 	srv, err := server.New(root, db)
 	if err != nil {
 		router.Close()
