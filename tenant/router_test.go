@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -379,4 +380,40 @@ func TestDelete(t *testing.T) {
 	if g := must(frank.Get(ctx, "k"))(t); len(g.Kvs) != 1 || string(g.Kvs[0].Value) != "frank" {
 		t.Fatalf("deleting erin touched frank: %v", g.Kvs)
 	}
+}
+
+// TestQuotaPerTenant: a tenant's own byte quota refuses its writes with
+// etcd's "database space exceeded" and raises NOSPACE in that tenant only.
+func TestQuotaPerTenant(t *testing.T) {
+	e := startRouter(t, false)
+	ctx := ctxT(t)
+	if _, err := e.router.Registry().Create(ctx, "small", 64<<10); err != nil {
+		t.Fatal(err)
+	}
+	e.create("roomy")
+	small, roomy := e.client("small"), e.client("roomy")
+	if st := must(small.Status(ctx, "https://"+e.addr))(t); st.DbSizeQuota != 64<<10 {
+		t.Fatalf("small's quota %d", st.DbSizeQuota)
+	}
+	value := string(make([]byte, 4<<10))
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 0; ; i++ {
+		_, err := small.Put(ctx, fmt.Sprintf("k%d", i), value)
+		if errors.Is(err, rpctypes.ErrNoSpace) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d puts of 4 KiB never exceeded a 64 KiB quota", i)
+		}
+	}
+	if al := must(small.AlarmList(ctx))(t); len(al.Alarms) != 1 {
+		t.Fatalf("small's alarms: %v", al.Alarms)
+	}
+	if al := must(roomy.AlarmList(ctx))(t); len(al.Alarms) != 0 {
+		t.Fatalf("small's NOSPACE reached roomy: %v", al.Alarms)
+	}
+	must(roomy.Put(ctx, "k", value))(t)
 }
