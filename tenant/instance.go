@@ -264,6 +264,9 @@ func (r *Router) Close() {
 	}
 	for _, inst := range wait {
 		<-inst.stopped
+		if inst.watchDone != nil { // set by start, before stopped closed
+			<-inst.watchDone
+		}
 	}
 	r.refuse.Stop()
 	_ = r.refuseL.Close()
