@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdb-etcd/fdb-etcd/server"
+	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/fdb"
 )
 
@@ -147,24 +148,29 @@ func startServer(cfg *config, sc server.Config, lg *zap.Logger) (func(), error) 
 		return nil, err
 	}
 	if cfg.etcd.Tenancy == tenancyClientCertCN {
-		return startTenancy(cfg, sc, db, lg)
+		return startTenancy(cfg, sc, backend, db, lg)
 	}
 	srv, err := server.New(sc, db)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
 	}
-	// The backend's own client measurements (FoundationDB's retries by
-	// error code, commit and read-version latency, recoveries seen) go to
-	// the server's metrics. The backend, not db: test hooks may wrap it.
-	if o, ok := backend.(interface{ SetObserver(fdb.Observer) }); ok {
-		o.SetObserver(srv.Metrics())
-	}
+	observeBackend(backend, srv)
 	if err := srv.Serve(); err != nil {
 		srv.Stop()
 		return nil, err
 	}
 	return srv.Stop, nil
+}
+
+// observeBackend sends the backend's own client measurements
+// (FoundationDB's retries by error code, commit and read-version latency,
+// recoveries seen) to the server's metrics. The backend, not the store the
+// server has: test hooks may wrap it.
+func observeBackend(backend storage.DB, srv *server.Server) {
+	if o, ok := backend.(interface{ SetObserver(fdb.Observer) }); ok {
+		o.SetObserver(srv.Metrics())
+	}
 }
 
 // logNotes writes what parsing had to say, now that the logger exists.

@@ -59,7 +59,7 @@ func checkTenancy(c *etcdConfig) error {
 // startTenancy serves every client URL through a tenant router. The
 // process's own server keeps the root keyspace and serves the metrics
 // URLs (health of the process and the store); it serves no client URL.
-func startTenancy(cfg *config, sc server.Config, db storage.DB, lg *zap.Logger) (func(), error) {
+func startTenancy(cfg *config, sc server.Config, backend, db storage.DB, lg *zap.Logger) (func(), error) {
 	tr, err := tlsconfig.New(sc.TLS)
 	if err != nil {
 		_ = db.Close()
@@ -81,6 +81,7 @@ func startTenancy(cfg *config, sc server.Config, db storage.DB, lg *zap.Logger) 
 		_ = db.Close()
 		return nil, err
 	}
+	observeBackend(backend, srv)
 	stop := func() {
 		router.Close()
 		srv.Stop() // last: it closes the shared store
