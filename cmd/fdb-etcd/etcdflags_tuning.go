@@ -94,7 +94,10 @@ func registerEtcdMainFlags(fs *flag.FlagSet, c *etcdConfig, m *etcdMainFlags) {
 // registerFDBEtcdFlags adds fdb-etcd's own flags (not etcd's).
 func registerFDBEtcdFlags(fs *flag.FlagSet, c *etcdConfig) {
 	f := &c.fdbEtcdConfig
-	registerStorageFlags(fs, c)
+	fs.StringVar(&f.Backend, "backend", f.Backend, "storage backend: pebble (embedded) or fdb (FoundationDB)")
+	fs.StringVar(&f.FDBClusterFile, "fdb-cluster-file", f.FDBClusterFile, "FoundationDB cluster file (backend fdb)")
+	fs.StringVar(&f.FDBPrefix, "fdb-prefix", f.FDBPrefix, "key prefix of this keyspace inside FoundationDB (backend fdb)")
+	fs.IntVar(&f.FDBAPIVersion, "fdb-api-version", f.FDBAPIVersion, "FoundationDB client API version (backend fdb)")
 	fs.BoolVar(&f.FDBForwardWrites, "fdb-forward-writes", f.FDBForwardWrites, "send writes to the one replica that currently owns revision allocation, so replicas sharing a keyspace do not conflict on it (backend fdb); peers dial each other's first --advertise-client-urls")
 	fs.StringVar(&f.Tenancy, "tenancy", f.Tenancy, "none: one etcd keyspace; client-cert-cn: a keyspace per tenant, the tenant named by the client certificate's Common Name (needs --client-cert-auth and https client URLs)")
 	fs.BoolVar(&f.TenantAutoCreate, "tenant-auto-create", false, "with --tenancy=client-cert-cn: create the tenant of an unknown Common Name instead of refusing it")
@@ -103,16 +106,6 @@ func registerFDBEtcdFlags(fs *flag.FlagSet, c *etcdConfig) {
 	fs.BoolVar(&f.FDBBuggify.Enable, "fdb-client-buggify", false, "TESTING AID, never in production: turn on FoundationDB's client-side fault injection (client_buggify_enable): the client library fails requests at random with retryable errors and commit_unknown_result, and delays them (backend fdb)")
 	fs.IntVar(&f.FDBBuggify.SectionActivatedPercent, "fdb-client-buggify-section-activated-probability", 0, "with --fdb-client-buggify: percent chance that each fault-injection section is active in this process (0: FoundationDB's default)")
 	fs.IntVar(&f.FDBBuggify.SectionFiredPercent, "fdb-client-buggify-section-fired-probability", 0, "with --fdb-client-buggify: percent chance that an active section fires each time it is reached (0: FoundationDB's default)")
-}
-
-// registerStorageFlags adds the flags that name the store, which the
-// server and `fdb-etcd tenant` share.
-func registerStorageFlags(fs *flag.FlagSet, c *etcdConfig) {
-	f := &c.fdbEtcdConfig
-	fs.StringVar(&f.Backend, "backend", f.Backend, "storage backend: pebble (embedded) or fdb (FoundationDB)")
-	fs.StringVar(&f.FDBClusterFile, "fdb-cluster-file", f.FDBClusterFile, "FoundationDB cluster file (backend fdb)")
-	fs.StringVar(&f.FDBPrefix, "fdb-prefix", f.FDBPrefix, "key prefix of this keyspace inside FoundationDB (backend fdb)")
-	fs.IntVar(&f.FDBAPIVersion, "fdb-api-version", f.FDBAPIVersion, "FoundationDB client API version (backend fdb)")
 }
 
 // checkBuggify refuses client fault-injection settings that would be

@@ -118,9 +118,7 @@ func runTenantCommand(args []string, stdout io.Writer) error {
 	c := newEtcdConfig()
 	fs := flag.NewFlagSet("fdb-etcd tenant "+verb, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&c.Name, "name", c.Name, "member name (the default --data-dir is ${name}.etcd)")
-	fs.StringVar(&c.Dir, "data-dir", "", "embedded store's directory (backend pebble)")
-	registerStorageFlags(fs, c)
+	storageFlags(fs, c)
 	quota := fs.Int64("quota-backend-bytes", 0, "the tenant's byte quota (0: the server's --quota-backend-bytes; negative: none)")
 	name, err := parseTenantArgs(fs, verb, args[1:])
 	if err != nil {
