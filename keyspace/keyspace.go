@@ -17,6 +17,14 @@
 //	0x07 lease                    leases: one record per lease
 //	0x08 writer seq               batch markers: what a writer's batch committed
 //	0x09 name                     singletons owned by other layers (lease ownership, ...)
+//	0x0a id ...                   tenants: each one a whole keyspace of this layout, under its id
+//	0x0b 'n' name                 tenant registry: a tenant's record (id, quota)
+//	0x0b 'i'                      tenant registry: the last id handed out
+//	0x0b 'l' id                   tenant registry: present while tenant id is live
+//
+// A tenant's keyspace (0x0a id) holds families 0x01..0x09 exactly as the
+// store holds them without tenancy, so a tenant is an fdb-etcd keyspace of
+// its own; families 0x0a and 0x0b never appear inside one.
 //
 // esc escapes 0x00 as 0x00 0xff and ends with 0x00 0x01, so history keys sort by
 // etcd key and then by revision, and no escaped key is a prefix of another.
@@ -39,6 +47,8 @@ const (
 	famLease   = 0x07
 	famBatch   = 0x08
 	famSingle  = 0x09
+	famTenant  = 0x0a
+	famTenants = 0x0b
 )
 
 // Head is the key every write batch changes; watching it is how readers learn
@@ -234,4 +244,38 @@ func Batch(writer uint64, seq uint64) []byte {
 	out = append(out, famBatch)
 	out = appendU64(out, writer)
 	return appendU64(out, seq)
+}
+
+// TenantPrefix is the prefix under which tenant id's whole keyspace lives.
+func TenantPrefix(id uint64) []byte {
+	return appendU64([]byte{famTenant}, id)
+}
+
+// TenantRecord is the registry key of the tenant named name.
+func TenantRecord(name string) []byte {
+	return append([]byte{famTenants, 'n'}, name...)
+}
+
+// TenantRecords covers every registry record, in name order.
+func TenantRecords() ([]byte, []byte) {
+	return []byte{famTenants, 'n'}, []byte{famTenants, 'n' + 1}
+}
+
+// TenantName returns the name of a TenantRecord key.
+func TenantName(k []byte) (string, error) {
+	if len(k) < 2 || k[0] != famTenants || k[1] != 'n' {
+		return "", ErrMalformed
+	}
+	return string(k[2:]), nil
+}
+
+// TenantLastID holds the last tenant id handed out; ids are never reused,
+// so data a deleted tenant left behind can never surface in a new one.
+var TenantLastID = []byte{famTenants, 'i'}
+
+// TenantLive is present exactly while tenant id exists: every transaction
+// of the tenant reads it, so deleting it (with the tenant's data, in one
+// transaction) fences off every transaction still running for the tenant.
+func TenantLive(id uint64) []byte {
+	return appendU64([]byte{famTenants, 'l'}, id)
 }

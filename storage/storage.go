@@ -36,6 +36,11 @@ const (
 	MaxValueSize        = 100_000
 	MaxTransactionBytes = 10_000_000
 	MaxTransactionAge   = 5 * time.Second
+	// MaxNestingBytes is the room backends leave above MaxKeySize so that
+	// one keyspace can nest in another (package tenant prefixes every key
+	// of a tenant) while the nested keyspace's callers keep MaxKeySize
+	// bytes of their own; the nesting layer enforces MaxKeySize on them.
+	MaxNestingBytes = 16
 )
 
 // KeyValue is one stored pair.
@@ -104,6 +109,14 @@ type Scanner interface {
 // disk, reported as etcd's db size.
 type Sizer interface {
 	Size() (int64, error)
+}
+
+// RangeSizer is an optional capability: an estimate of the bytes the keys
+// in [begin, end) use, sampled like FoundationDB's estimated range size. It
+// may report 0 for a small range (data not yet sampled or flushed); callers
+// that need a floor count small ranges themselves.
+type RangeSizer interface {
+	RangeSize(begin, end []byte) (int64, error)
 }
 
 // Errors with FoundationDB's meaning. Backends return these (wrapped) so that

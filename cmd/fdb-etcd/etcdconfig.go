@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fdb-etcd/fdb-etcd/storage/fdb"
+	"github.com/fdb-etcd/fdb-etcd/tenant"
 )
 
 // etcdConfig is the configuration etcd 3.6's command line, ETCD_*
@@ -159,6 +160,11 @@ type fdbEtcdConfig struct {
 	FDBAPIVersion    int           `json:"fdb-api-version"`
 	FDBForwardWrites bool          `json:"fdb-forward-writes"`
 	ShutdownTimeout  time.Duration `json:"shutdown-timeout"`
+	// Tenancy, TenantAutoCreate and TenantIdleTimeout serve many etcd
+	// keyspaces, a tenant per client certificate (package tenant).
+	Tenancy           string        `json:"tenancy"`
+	TenantAutoCreate  bool          `json:"tenant-auto-create"`
+	TenantIdleTimeout time.Duration `json:"tenant-idle-timeout"`
 	// FDBBuggify is FoundationDB's client fault injection, a testing aid
 	// given only as flags.
 	FDBBuggify fdb.ClientBuggify `json:"-"`
@@ -250,6 +256,7 @@ func newEtcdConfig() *etcdConfig {
 		ExpTracingServiceName: defaultTracingServiceName, TracingServiceName: defaultTracingServiceName,
 	}
 	c.fdbEtcdConfig = fdbEtcdConfig{Backend: "pebble", FDBClusterFile: "/etc/foundationdb/fdb.cluster",
-		FDBPrefix: "fdb-etcd", FDBAPIVersion: 730, FDBForwardWrites: true, ShutdownTimeout: 10 * time.Second}
+		FDBPrefix: "fdb-etcd", FDBAPIVersion: 730, FDBForwardWrites: true, ShutdownTimeout: 10 * time.Second,
+		Tenancy: tenancyNone, TenantIdleTimeout: tenant.DefaultIdleTimeout}
 	return c
 }

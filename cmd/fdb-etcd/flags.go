@@ -91,6 +91,9 @@ func parseCommandLine(args []string, env environ, stdout, stderr io.Writer) (*co
 	if err := checkBuggify(&ec.fdbEtcdConfig); err != nil {
 		return nil, err
 	}
+	if err := checkTenancy(ec); err != nil {
+		return nil, err
+	}
 	c.etcd = ec
 	c.notes = append(c.notes, deprecationNotes(ec)...)
 	c.notApplicable = notApplicable(fs, ec)

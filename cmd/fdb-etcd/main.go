@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdb-etcd/fdb-etcd/server"
+	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/fdb"
 )
 
@@ -60,6 +61,8 @@ func runSubcommand(args []string, stdout, stderr io.Writer) (code int, ok bool) 
 	switch args[0] {
 	case "version":
 		printVersion(stdout)
+	case "tenant":
+		err = runTenantCommand(args[1:], stdout)
 	case "healthcheck":
 		err = healthcheck(args[1:])
 	case "import":
@@ -93,20 +96,21 @@ func serve(cfg *config) error {
 	if err != nil {
 		return err
 	}
-	srv, err := startServer(cfg, sc, lg)
+	stop, err := startServer(cfg, sc, lg)
 	if err != nil {
 		return err
 	}
 	lg.Info("fdb-etcd started", zap.String("name", sc.Name), zap.String("backend", ec.Backend),
 		zap.Strings("listen-client-urls", urlList(sc.ListenClientURLs)),
 		zap.Strings("listen-metrics-urls", urlList(sc.ListenMetricsURLs)),
-		zap.Bool("client-cert-auth", sc.TLS.ClientCertAuth), zap.String("version", buildVersion()))
+		zap.Bool("client-cert-auth", sc.TLS.ClientCertAuth), zap.String("tenancy", cfg.etcd.Tenancy),
+		zap.String("version", buildVersion()))
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	s := <-sig
 	lg.Info("shutting down", zap.String("signal", s.String()))
-	srv.Stop()
+	stop()
 	lg.Info("stopped")
 	return nil
 }
@@ -136,8 +140,9 @@ func serverConfig(cfg *config, lg *zap.Logger) (server.Config, error) {
 	return sc, nil
 }
 
-// startServer opens the store and serves it.
-func startServer(cfg *config, sc server.Config, lg *zap.Logger) (*server.Server, error) {
+// startServer opens the store and serves it; the function it returns
+// stops serving and closes the store.
+func startServer(cfg *config, sc server.Config, lg *zap.Logger) (func(), error) {
 	backend, err := openBackend(cfg.etcd)
 	if err != nil {
 		return nil, err
@@ -146,22 +151,30 @@ func startServer(cfg *config, sc server.Config, lg *zap.Logger) (*server.Server,
 	if err != nil {
 		return nil, err
 	}
+	if cfg.etcd.Tenancy == tenancyClientCertCN {
+		return startTenancy(cfg, sc, backend, db, lg)
+	}
 	srv, err := server.New(sc, db)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
 	}
-	// The backend's own client measurements (FoundationDB's retries by
-	// error code, commit and read-version latency, recoveries seen) go to
-	// the server's metrics. The backend, not db: test hooks may wrap it.
-	if o, ok := backend.(interface{ SetObserver(fdb.Observer) }); ok {
-		o.SetObserver(srv.Metrics())
-	}
+	observeBackend(backend, srv)
 	if err := srv.Serve(); err != nil {
 		srv.Stop()
 		return nil, err
 	}
-	return srv, nil
+	return srv.Stop, nil
+}
+
+// observeBackend sends the backend's own client measurements
+// (FoundationDB's retries by error code, commit and read-version latency,
+// recoveries seen) to the server's metrics. The backend, not the store the
+// server has: test hooks may wrap it.
+func observeBackend(backend storage.DB, srv *server.Server) {
+	if o, ok := backend.(interface{ SetObserver(fdb.Observer) }); ok {
+		o.SetObserver(srv.Metrics())
+	}
 }
 
 // logNotes writes what parsing had to say, now that the logger exists.

@@ -26,7 +26,8 @@
 // storage.MaxKeySize bytes of their own. The backend therefore raises the
 // client's key_size_limit knob by MaxPrefixBytes (a client-side check only:
 // the servers accept keys up to 30,000 bytes) and enforces storage.MaxKeySize
-// on the caller's part of the key itself, failing the transaction with
+// (plus storage.MaxNestingBytes for a nested keyspace's prefix) on the
+// caller's part of the key itself, failing the transaction with
 // storage.ErrKeyTooLarge exactly where FoundationDB would (at commit, as a
 // deferred error). Values and transaction sizes are left to FoundationDB,
 // whose errors 2103 and 2101 map to storage.ErrValueTooLarge and

@@ -33,10 +33,14 @@ const (
 	closeGrace = 2 * storage.MaxTransactionAge
 )
 
+// maxKeySize is the longest key the backend takes from its caller:
+// storage.MaxKeySize and the room a nested keyspace's prefix needs.
+const maxKeySize = storage.MaxKeySize + storage.MaxNestingBytes
+
 // clientKeySizeLimit is the value of FoundationDB's client knob
-// key_size_limit: room for the prefix, the caller's storage.MaxKeySize bytes,
-// and the one extra byte a clipped range bound can have.
-const clientKeySizeLimit = MaxPrefixBytes + storage.MaxKeySize + 1
+// key_size_limit: room for the prefix, the caller's maxKeySize bytes, and
+// the one extra byte a clipped range bound can have.
+const clientKeySizeLimit = MaxPrefixBytes + maxKeySize + 1
 
 // Options configure Open.
 type Options struct {
@@ -100,8 +104,9 @@ type DB struct {
 }
 
 var (
-	_ storage.DB    = (*DB)(nil)
-	_ storage.Sizer = (*DB)(nil)
+	_ storage.DB         = (*DB)(nil)
+	_ storage.Sizer      = (*DB)(nil)
+	_ storage.RangeSizer = (*DB)(nil)
 )
 
 // Open connects to the cluster in o.ClusterFile and returns the keyspace
@@ -553,6 +558,25 @@ func (d *DB) Size() (int64, error) {
 	return n, err
 }
 
+// RangeSize is FoundationDB's sampled estimate of the bytes in [begin, end)
+// of this keyspace; it is 0 for ranges too small to be sampled.
+func (d *DB) RangeSize(begin, end []byte) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	begin, end = clip(begin), clip(end)
+	var n int64
+	err := d.run(ctx, func(tr fdbgo.Transaction) (bool, error) {
+		kr := fdbgo.KeyRange{Begin: fdbgo.Key(d.key(begin)), End: fdbgo.Key(d.key(end))}
+		est, err := tr.GetEstimatedRangeSizeBytes(kr).Get()
+		if err != nil {
+			return false, mapError(err)
+		}
+		n = est
+		return false, nil
+	})
+	return n, err
+}
+
 // --- WaitChange -----------------------------------------------------------------
 
 // WaitChange returns once the value at key differs from seen, using a
@@ -569,7 +593,7 @@ func (d *DB) WaitChange(ctx context.Context, key, seen []byte) error {
 	defer context.AfterFunc(ctx, tr.Cancel)()
 	defer context.AfterFunc(d.closing, tr.Cancel)()
 	fkey := fdbgo.Key(d.key(key))
-	if len(key) > storage.MaxKeySize {
+	if len(key) > maxKeySize {
 		// No such key can exist: its value is absent, forever.
 		if seen != nil {
 			return nil
@@ -653,11 +677,11 @@ func (d *DB) key(k []byte) []byte {
 	return out
 }
 
-// clip shortens a range bound to storage.MaxKeySize+1 bytes, which selects the
-// same stored keys (none is longer than storage.MaxKeySize).
+// clip shortens a range bound to maxKeySize+1 bytes, which selects the
+// same stored keys (none is longer than maxKeySize).
 func clip(b []byte) []byte {
-	if len(b) > storage.MaxKeySize+1 {
-		return b[:storage.MaxKeySize+1]
+	if len(b) > maxKeySize+1 {
+		return b[:maxKeySize+1]
 	}
 	return b
 }
@@ -667,7 +691,7 @@ type tx struct {
 	tr fdbgo.Transaction     // writes
 	r  fdbgo.ReadTransaction // reads: tr, or tr.Snapshot() in a View
 	// err is the first write refused by this backend (a key over
-	// storage.MaxKeySize). Like FoundationDB's deferred errors it fails the
+	// maxKeySize). Like FoundationDB's deferred errors it fails the
 	// reads that follow and the commit.
 	err error
 }
@@ -676,7 +700,7 @@ func (t *tx) Get(key []byte) ([]byte, error) {
 	if t.err != nil {
 		return nil, t.err
 	}
-	if len(key) > storage.MaxKeySize {
+	if len(key) > maxKeySize {
 		return nil, nil
 	}
 	v, err := t.r.Get(fdbgo.Key(t.d.key(key))).Get()
@@ -693,7 +717,7 @@ func (t *tx) GetMany(keys [][]byte) ([][]byte, error) {
 	}
 	futures := make([]fdbgo.FutureByteSlice, len(keys))
 	for i, k := range keys {
-		if len(k) <= storage.MaxKeySize {
+		if len(k) <= maxKeySize {
 			futures[i] = t.r.Get(fdbgo.Key(t.d.key(k)))
 		}
 	}
@@ -759,7 +783,7 @@ func (t *tx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storage.Ke
 }
 
 func (t *tx) Set(key, value []byte) {
-	if len(key) > storage.MaxKeySize {
+	if len(key) > maxKeySize {
 		if t.err == nil {
 			t.err = &fdbError{
 				fe:   fdbgo.Error{Code: codeKeyTooLarge},
@@ -771,10 +795,10 @@ func (t *tx) Set(key, value []byte) {
 	t.tr.Set(fdbgo.Key(t.d.key(key)), value)
 }
 
-// Clear of a key longer than storage.MaxKeySize does nothing: no such key
+// Clear of a key longer than maxKeySize does nothing: no such key
 // exists.
 func (t *tx) Clear(key []byte) {
-	if len(key) > storage.MaxKeySize {
+	if len(key) > maxKeySize {
 		return
 	}
 	t.tr.Clear(fdbgo.Key(t.d.key(key)))

@@ -80,7 +80,7 @@ func TestErrorMapping(t *testing.T) {
 		code  int
 	}{
 		{"KeyTooLarge", func(tx storage.Tx) {
-			tx.Set(bytes.Repeat([]byte("k"), storage.MaxKeySize+1), []byte("v"))
+			tx.Set(bytes.Repeat([]byte("k"), storage.MaxKeySize+storage.MaxNestingBytes+1), []byte("v"))
 		}, storage.ErrKeyTooLarge, 2102},
 		{"ValueTooLarge", func(tx storage.Tx) {
 			tx.Set([]byte("k"), bytes.Repeat([]byte("v"), storage.MaxValueSize+1))

@@ -53,9 +53,10 @@ type DB struct {
 }
 
 var (
-	_ storage.DB      = (*DB)(nil)
-	_ storage.Sizer   = (*DB)(nil)
-	_ storage.Scanner = (*tx)(nil)
+	_ storage.DB         = (*DB)(nil)
+	_ storage.Sizer      = (*DB)(nil)
+	_ storage.RangeSizer = (*DB)(nil)
+	_ storage.Scanner    = (*tx)(nil)
 )
 
 // memTableSize is Pebble's largest memtable; a WAL holds about one
@@ -199,6 +200,20 @@ func (s *DB) Size() (int64, error) {
 	defer s.leave()
 	m := s.db.Metrics()
 	return int64(m.WAL.Size + m.Table.Local.LiveSize + m.BlobFiles.Local.LiveSize), nil
+}
+
+// RangeSize is Pebble's estimate of the table bytes holding [begin, end);
+// data still in the memtable and the WAL is not counted.
+func (s *DB) RangeSize(begin, end []byte) (int64, error) {
+	if err := s.enter(context.Background()); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	n, err := s.db.EstimateDiskUsage(begin, end)
+	if err != nil {
+		return 0, fmt.Errorf("pebble estimate disk usage: %w", err)
+	}
+	return int64(n), nil
 }
 
 // Defragment is etcd's defragmentation for Pebble: flush the memtable and

@@ -1,0 +1,122 @@
+package tenant
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// BenchmarkColdTenant creates b.N tenants and touches each once through
+// the router: a TLS connection with its certificate and one Put, which
+// starts the tenant's server. ns/op is the time to that first response.
+// Every coldBatch tenants it measures what their servers cost while
+// running (no connections, idle stop not yet due), then runs the idle
+// stops; at the end it reports the process at rest. Run: go test ./tenant -run '^$' -bench ColdTenant -benchtime 1000x
+func BenchmarkColdTenant(b *testing.B) {
+	e := startRouter(b, false)
+	ctx := context.Background()
+	names := make([]string, b.N)
+	for i := range names {
+		names[i] = fmt.Sprintf("tenant-%05d", i)
+		if _, err := e.router.Registry().Create(ctx, names[i], 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	certs := make([]tls.Certificate, b.N)
+	for i := range certs {
+		certs[i] = e.clientCert(names[i])
+	}
+	base := runtime.NumGoroutine()
+	heapBase, _ := memory()
+	var running, heapRunning, rssRunning, inBatch int
+	b.ResetTimer()
+	for i := range b.N {
+		cli := e.dial(certs[i])
+		certs[i] = tls.Certificate{} // the test's, not the tenant's memory
+		if _, err := cli.Put(ctx, "k", "v"); err != nil {
+			b.Fatal(err)
+		}
+		_ = cli.Close()
+		if inBatch++; inBatch == coldBatch || i == b.N-1 {
+			b.StopTimer()
+			waitClosed(b, e, inBatch)
+			g := runtime.NumGoroutine()
+			h, r := memory()
+			running, heapRunning, rssRunning = max(running, (g-base)/inBatch), max(heapRunning, int(h)/inBatch), max(rssRunning, int(r))
+			stopAll(b, e, base)
+			inBatch = 0
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	heapRest, rssRest := memory()
+	b.ReportMetric(float64(running), "goroutines/running-tenant")
+	b.ReportMetric(float64(heapRunning), "heap-bytes/running-tenant")
+	b.ReportMetric(float64(runtime.NumGoroutine()-base), "goroutines-at-rest")
+	b.ReportMetric((float64(heapRest)-float64(heapBase))/float64(b.N), "heap-bytes/idle-tenant")
+	b.ReportMetric(float64(rssRunning)/(1<<20), "rss-MiB-running")
+	b.ReportMetric(float64(rssRest)/(1<<20), "rss-MiB-at-rest")
+}
+
+// coldBatch is how many tenants run at once before the benchmark fires
+// their idle stops: a thousand running servers would measure the shared
+// test machine's scheduler rather than a cold start.
+const coldBatch = 100
+
+// stopAll fires the pending idle stops and waits until no tenant runs and
+// the goroutines are back to base.
+func stopAll(b *testing.B, e *env, base int) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for e.router.Running() != 0 || runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d tenants still running, %d goroutines (base %d)", e.router.Running(), runtime.NumGoroutine(), base)
+		}
+		e.timers.fire()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitClosed waits until the router has counted every client's connection
+// closed (each tenant's idle stop is then pending).
+func waitClosed(b *testing.B, e *env, n int) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		e.timers.mu.Lock()
+		pending := len(e.timers.pending)
+		e.timers.mu.Unlock()
+		if pending >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d connections counted closed", pending, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// memory is the live heap after a collection and the process's RSS.
+func memory() (heap, rss uint64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return ms.HeapInuse, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			rss = kb << 10
+		}
+	}
+	return ms.HeapInuse, rss
+}

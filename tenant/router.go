@@ -1,0 +1,211 @@
+package tenant
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/fdb-etcd/fdb-etcd/server"
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+// Defaults of Config.
+const (
+	DefaultIdleTimeout      = 5 * time.Minute
+	DefaultHandshakeTimeout = 10 * time.Second
+	lookupTimeout           = 10 * time.Second
+)
+
+// Config configures a Router.
+type Config struct {
+	// Server is the template of every tenant's server. The router clears
+	// its TLS, listen URLs and write forwarding (a tenant's server serves
+	// connections the router has already accepted, and a forwarded write
+	// would reach the peer without its tenant), and applies the tenant's
+	// own quota.
+	Server server.Config
+	// TLS is the client port's configuration (tlsconfig.Reloader's
+	// ServerConfig); it must require and verify client certificates, whose
+	// Common Name names the tenant.
+	TLS *tls.Config
+	// AutoCreate creates the tenant of an unknown Common Name instead of
+	// refusing the connection (--tenant-auto-create).
+	AutoCreate bool
+	// IdleTimeout is how long a tenant's server runs without connections
+	// before it stops; 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// HandshakeTimeout bounds a connection's TLS handshake; 0 means
+	// DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// AfterFunc schedules the idle stop; nil means time.AfterFunc. It
+	// returns the function that cancels the call.
+	AfterFunc func(d time.Duration, f func()) (stop func() bool)
+	Logger    *zap.Logger
+}
+
+// Router serves one client port for many tenants: it does the TLS
+// handshake itself and hands each connection to the server of the tenant
+// its client certificate names. A tenant's server runs while it has
+// connections and IdleTimeout longer, so an idle tenant costs nothing.
+type Router struct {
+	cfg   Config
+	db    storage.DB
+	reg   *Registry
+	lg    *zap.Logger
+	ctx   context.Context // canceled by Close: ends handshakes and lookups
+	close context.CancelFunc
+
+	// refuse answers every RPC of a refused connection with etcd's
+	// permission denied.
+	refuse     *grpc.Server
+	refuseL    *connListener
+	refuseDone chan struct{}
+
+	conns sync.WaitGroup // accept loops and connections being routed
+
+	mu        sync.Mutex
+	closed    bool                 // guarded by mu
+	listeners []net.Listener       // guarded by mu
+	tenants   map[string]*instance // guarded by mu
+}
+
+// instance is one tenant's running server.
+type instance struct {
+	rec   Record
+	ready chan struct{} // closed once srv or err is set
+	srv   *server.Server
+	l     *connListener
+	err   error
+
+	conns    int           // guarded by Router.mu: connections handed to srv and open
+	stopIdle func() bool   // guarded by Router.mu: cancels the pending idle stop
+	stopping bool          // guarded by Router.mu: srv is stopping or stopped
+	stopped  chan struct{} // closed once srv has stopped (or never started)
+
+	unwatch   context.CancelFunc // ends watchLive
+	watchDone chan struct{}      // closed when watchLive returns
+}
+
+// NewRouter returns a router over the shared store db; it serves once
+// Serve is given a listener.
+func NewRouter(cfg Config, db storage.DB) (*Router, error) {
+	if cfg.TLS == nil {
+		return nil, errors.New("tenancy by client certificate needs TLS with client certificates (--client-cert-auth)")
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if cfg.AfterFunc == nil {
+		cfg.AfterFunc = func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	tlsCfg := cfg.TLS.Clone()
+	tlsCfg.ClientAuth = tls.RequireAndVerifyClientCert
+	cfg.TLS = tlsCfg
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Router{cfg: cfg, db: db, reg: NewRegistry(db), lg: cfg.Logger, ctx: ctx, close: cancel,
+		tenants: make(map[string]*instance), refuseDone: make(chan struct{})}
+	r.refuse = grpc.NewServer(grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
+		return rpctypes.ErrGRPCPermissionDenied
+	}))
+	r.refuseL = newConnListener(&net.TCPAddr{})
+	go func() {
+		defer close(r.refuseDone)
+		_ = r.refuse.Serve(r.refuseL)
+	}()
+	return r, nil
+}
+
+// Registry is the registry the router looks tenants up in.
+func (r *Router) Registry() *Registry { return r.reg }
+
+// Serve accepts connections on l until Close.
+func (r *Router) Serve(l net.Listener) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return storage.ErrClosed
+	}
+	r.listeners = append(r.listeners, l)
+	r.conns.Add(1)
+	go r.accept(l)
+	r.lg.Info("serving tenants", zap.String("address", l.Addr().String()))
+	return nil
+}
+
+func (r *Router) accept(l net.Listener) {
+	defer r.conns.Done()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if r.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				r.lg.Warn("tenant listener stopped", zap.Error(err))
+			}
+			return
+		}
+		r.conns.Add(1)
+		go r.route(c)
+	}
+}
+
+// route does c's TLS handshake and hands it to its tenant's server, or to
+// the refusal server.
+func (r *Router) route(c net.Conn) {
+	defer r.conns.Done()
+	tc := tls.Server(c, r.cfg.TLS)
+	hctx, cancel := context.WithTimeout(r.ctx, r.cfg.HandshakeTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(hctx); err != nil {
+		r.lg.Debug("tenant connection: TLS handshake failed", zap.Error(err))
+		_ = c.Close()
+		return
+	}
+	name := commonName(tc.ConnectionState())
+	lctx, cancelLookup := context.WithTimeout(r.ctx, lookupTimeout)
+	defer cancelLookup()
+	inst, err := r.acquire(lctx, name, c.LocalAddr())
+	if err != nil {
+		r.lg.Info("tenant connection refused", zap.String("tenant", name), zap.Error(err))
+		r.refuseL.deliver(tc)
+		return
+	}
+	inst.l.deliver(&trackedConn{Conn: tc, onClose: func() { r.release(inst) }})
+}
+
+func commonName(st tls.ConnectionState) string {
+	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+		return ""
+	}
+	return st.VerifiedChains[0][0].Subject.CommonName
+}
+
+// lookup returns name's record, creating it with AutoCreate.
+func (r *Router) lookup(ctx context.Context, name string) (Record, error) {
+	if name == "" {
+		return Record{}, errors.New("client certificate has no Common Name")
+	}
+	rec, err := r.reg.Get(ctx, name)
+	if !errors.Is(err, ErrNotFound) || !r.cfg.AutoCreate {
+		return rec, err
+	}
+	rec, err = r.reg.Create(ctx, name, 0)
+	if errors.Is(err, ErrExists) { // created by another connection meanwhile
+		return r.reg.Get(ctx, name)
+	}
+	if err == nil {
+		r.lg.Info("tenant created", zap.String("tenant", name), zap.Uint64("id", rec.ID))
+	}
+	return rec, err
+}

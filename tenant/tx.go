@@ -1,0 +1,209 @@
+package tenant
+
+import (
+	"fmt"
+
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+// fence is a transaction's reading of the tenant's live marker. It is read
+// with the transaction's first point reads (one GetMany, so it costs no
+// round trip of its own on FoundationDB), or on its own before a first
+// range read, or at the end of a transaction that read nothing. Reading it
+// puts it in the transaction's read set: a delete that commits first makes
+// the transaction conflict, and its retry sees the tenant gone.
+type fence struct {
+	key   []byte
+	read  bool
+	alive bool
+}
+
+func (f *fence) set(v []byte) {
+	f.read, f.alive = true, v != nil
+}
+
+func (f *fence) err() error {
+	if !f.alive {
+		return ErrDeleted
+	}
+	return nil
+}
+
+// wrapped is a transaction on a tenant's keys, with its fence.
+type wrapped interface {
+	storage.ReadTx
+	fenceOf() *fenceTx
+}
+
+// fenceTx reads through the fence.
+type fenceTx struct {
+	r storage.ReadTx
+	f fence
+	// err is the first write refused for its key's size; like the
+	// backends' deferred errors it fails the reads that follow and the
+	// commit.
+	err error
+}
+
+// check reads the fence if no read did yet.
+func (t *fenceTx) check() error {
+	if t.err != nil {
+		return t.err
+	}
+	if !t.f.read {
+		v, err := t.r.Get(t.f.key)
+		if err != nil {
+			return err
+		}
+		t.f.set(v)
+	}
+	return t.f.err()
+}
+
+// getMany reads keys (already prefixed), and the fence with them when it
+// is still unread.
+func (t *fenceTx) getMany(keys [][]byte) ([][]byte, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	if t.f.read {
+		if err := t.f.err(); err != nil {
+			return nil, err
+		}
+		return t.r.GetMany(keys)
+	}
+	vals, err := t.r.GetMany(append(keys[:len(keys):len(keys)], t.f.key))
+	if err != nil {
+		return nil, err
+	}
+	t.f.set(vals[len(keys)])
+	if err := t.f.err(); err != nil {
+		return nil, err
+	}
+	return vals[:len(keys)], nil
+}
+
+// readTx is a tenant's view of a transaction of the shared store.
+type readTx struct {
+	d  *DB
+	ft *fenceTx
+}
+
+func (t *readTx) fenceOf() *fenceTx { return t.ft }
+
+func (t *readTx) Get(key []byte) ([]byte, error) {
+	vals, err := t.ft.getMany([][]byte{t.d.key(key)})
+	if err != nil {
+		return nil, err
+	}
+	return vals[0], nil
+}
+
+func (t *readTx) GetMany(keys [][]byte) ([][]byte, error) {
+	pk := make([][]byte, len(keys))
+	for i, k := range keys {
+		pk[i] = t.d.key(k)
+	}
+	return t.ft.getMany(pk)
+}
+
+// GetRange reads the prefixed range; an empty end stays an empty range,
+// since the bare prefix sorts before every prefixed begin.
+func (t *readTx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storage.KeyValue, error) {
+	if err := t.ft.check(); err != nil {
+		return nil, err
+	}
+	kvs, err := t.ft.r.GetRange(t.d.key(clip(begin)), t.d.key(clip(end)), opt)
+	if err != nil {
+		return nil, err
+	}
+	n := len(t.d.prefix)
+	for i := range kvs {
+		kvs[i].Key = kvs[i].Key[n:len(kvs[i].Key):len(kvs[i].Key)]
+	}
+	return kvs, nil
+}
+
+func (t *readTx) scan(sc storage.Scanner, begin, end []byte, fn func(key, value []byte) bool) error {
+	if err := t.ft.check(); err != nil {
+		return err
+	}
+	n := len(t.d.prefix)
+	return sc.Scan(t.d.key(clip(begin)), t.d.key(clip(end)), func(k, v []byte) bool { return fn(k[n:], v) })
+}
+
+// writeTx adds the writes.
+type writeTx struct {
+	readTx
+	w storage.Tx
+}
+
+// Set refuses keys over storage.MaxKeySize as the backends do, although
+// the backend would take the prefixed key (storage.MaxNestingBytes).
+func (t *writeTx) Set(key, value []byte) {
+	if len(key) > storage.MaxKeySize {
+		if t.ft.err == nil {
+			t.ft.err = fmt.Errorf("%w (set of a %d-byte key)", storage.ErrKeyTooLarge, len(key))
+		}
+		return
+	}
+	t.w.Set(t.d.key(key), value)
+}
+
+// Clear of a key over storage.MaxKeySize does nothing: no such key exists.
+func (t *writeTx) Clear(key []byte) {
+	if len(key) <= storage.MaxKeySize {
+		t.w.Clear(t.d.key(key))
+	}
+}
+
+func (t *writeTx) ClearRange(begin, end []byte) {
+	t.w.ClearRange(t.d.key(clip(begin)), t.d.key(clip(end)))
+}
+
+// clip shortens a range bound to storage.MaxKeySize+1 bytes, which selects
+// the same keys (none is longer than storage.MaxKeySize).
+func clip(b []byte) []byte {
+	if len(b) > storage.MaxKeySize+1 {
+		return b[:storage.MaxKeySize+1]
+	}
+	return b
+}
+
+// The Scanner capability is passed on when the backend's transactions have
+// it; Go cannot add a method conditionally, hence the two scanning types.
+type scanReadTx struct {
+	*readTx
+	sc storage.Scanner
+}
+
+func (t scanReadTx) Scan(begin, end []byte, fn func(key, value []byte) bool) error {
+	return t.scan(t.sc, begin, end, fn)
+}
+
+type scanWriteTx struct {
+	*writeTx
+	sc storage.Scanner
+}
+
+func (t scanWriteTx) Scan(begin, end []byte, fn func(key, value []byte) bool) error {
+	return t.scan(t.sc, begin, end, fn)
+}
+
+// wrap returns the tenant's view of itx: a storage.Tx when w (itx as a
+// Tx) is not nil, with Scan when itx has it.
+func (d *DB) wrap(itx storage.ReadTx, w storage.Tx) wrapped {
+	rt := readTx{d: d, ft: &fenceTx{r: itx, f: fence{key: d.live}}}
+	sc, canScan := itx.(storage.Scanner)
+	if w == nil {
+		if canScan {
+			return scanReadTx{&rt, sc}
+		}
+		return &rt
+	}
+	wt := &writeTx{readTx: rt, w: w}
+	if canScan {
+		return scanWriteTx{wt, sc}
+	}
+	return wt
+}
