@@ -17,6 +17,8 @@
 //	0x07 lease                    leases: one record per lease
 //	0x08 writer seq               batch markers: what a writer's batch committed
 //	0x09 name                     singletons owned by other layers (lease ownership, ...)
+//	0xfe 'n'                      journal counter: test builds only (mvcc's persisted-request journal)
+//	0xfe 'j' n part               journal records: test builds only, never read by the server
 //
 // esc escapes 0x00 as 0x00 0xff and ends with 0x00 0x01, so history keys sort by
 // etcd key and then by revision, and no escaped key is a prefix of another.
@@ -39,7 +41,28 @@ const (
 	famLease   = 0x07
 	famBatch   = 0x08
 	famSingle  = 0x09
+	famJournal = 0xfe
 )
+
+// Family is a storage key's family: the leading byte that says which record
+// a key holds.
+type Family byte
+
+// The families a reader outside this package tells apart.
+const (
+	FamilyHistory Family = famHistory
+	FamilyChunk   Family = famChunk
+	FamilyLog     Family = famLog
+	FamilyLease   Family = famLease
+)
+
+// FamilyOf returns k's family; an empty key has none (0).
+func FamilyOf(k []byte) Family {
+	if len(k) == 0 {
+		return 0
+	}
+	return Family(k[0])
+}
 
 // Head is the key every write batch changes; watching it is how readers learn
 // of new commits.
@@ -231,4 +254,33 @@ func Batch(writer uint64, seq uint64) []byte {
 	out = append(out, famBatch)
 	out = appendU64(out, writer)
 	return appendU64(out, seq)
+}
+
+// JournalCounter holds the number of the last journal record. The journal
+// is test machinery (test builds only); the family is declared here so that
+// no layer's keys can collide with it.
+var JournalCounter = []byte{famJournal, 'n'}
+
+var journalRecords = []byte{famJournal, 'j'}
+
+// JournalRecord is the key of part part of journal record n.
+func JournalRecord(n uint64, part uint32) []byte {
+	out := make([]byte, 0, len(journalRecords)+8+4)
+	out = append(out, journalRecords...)
+	out = appendU64(out, n)
+	return binary.BigEndian.AppendUint32(out, part)
+}
+
+// JournalAll covers every journal record.
+func JournalAll() ([]byte, []byte) {
+	return bytes.Clone(journalRecords), []byte{famJournal, 'j' + 1}
+}
+
+// ParseJournalRecord returns the record number and part of a JournalRecord key.
+func ParseJournalRecord(k []byte) (n uint64, part uint32, err error) {
+	if len(k) != len(journalRecords)+8+4 || !bytes.HasPrefix(k, journalRecords) {
+		return 0, 0, ErrMalformed
+	}
+	b := k[len(journalRecords):]
+	return binary.BigEndian.Uint64(b), binary.BigEndian.Uint32(b[8:]), nil
 }

@@ -32,6 +32,8 @@ func TestGoldenEncoding(t *testing.T) {
 	line("Attach(5, k)", Attach(5, []byte("k")))
 	line("Lease(5)", Lease(5))
 	line("Batch(1, 2)", Batch(1, 2))
+	line("JournalCounter", JournalCounter)
+	line("JournalRecord(3, 1)", JournalRecord(3, 1))
 	path := filepath.Join("testdata", "encoding.golden")
 	if *update {
 		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
