@@ -45,6 +45,9 @@ func (s *Store) ReadEvents(ctx context.Context, from int64, maxRevs int) ([]Revi
 		out, err = s.assembleEvents(tx, parts)
 		return err
 	})
+	if invariants && err == nil {
+		checkEventsAtOrBelow(head, out)
+	}
 	return out, head, err
 }
 

@@ -85,6 +85,9 @@ func (s *Store) ReadWatchEvents(ctx context.Context, r WatchRead) (EventBatch, e
 			return c.b, err
 		}
 		if c.absorb(t) {
+			if invariants {
+				checkEventsAtOrBelow(c.b.Head, c.b.Revs)
+			}
 			return c.b, nil
 		}
 	}
