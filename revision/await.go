@@ -15,7 +15,7 @@ import (
 // wait does not count against any batch's CommitTimeout: nothing of the
 // waiting batch has been written, and its requests queue as they would
 // behind a long batch.
-func (s *Sequencer) awaitPending(rec []byte) error {
+func (s *Sequencer[Resp]) awaitPending(rec []byte) error {
 	pending, beat, err := s.readPending()
 	if err != nil {
 		return err
@@ -43,7 +43,7 @@ func (s *Sequencer) awaitPending(rec []byte) error {
 
 // waitPendingChange blocks until Pending differs from rec, for at most a
 // beat timeout, or until Stop.
-func (s *Sequencer) waitPendingChange(rec []byte) error {
+func (s *Sequencer[Resp]) waitPendingChange(rec []byte) error {
 	ctx, cancel := context.WithTimeout(s.stop, s.cfg.BeatTimeout/2)
 	defer cancel()
 	err := s.db.WaitChange(ctx, keyspace.Pending, rec)
@@ -56,7 +56,7 @@ func (s *Sequencer) waitPendingChange(rec []byte) error {
 	return err
 }
 
-func (s *Sequencer) readPending() (pending, beat []byte, err error) {
+func (s *Sequencer[Resp]) readPending() (pending, beat []byte, err error) {
 	ctx, cancel := context.WithTimeout(s.stop, s.cfg.CommitTimeout)
 	defer cancel()
 	err = s.db.View(ctx, func(tx storage.ReadTx) error {
@@ -78,8 +78,8 @@ func (s *Sequencer) readPending() (pending, beat []byte, err error) {
 // that writer off, and its log parts cleared), stages it again — the same
 // index and history entries, since staging is deterministic — and publishes
 // it with that writer's batch marker, for its retries.
-func (s *Sequencer) rollForward(rec []byte) error {
-	st, ok := s.app.(Stager)
+func (s *Sequencer[Resp]) rollForward(rec []byte) error {
+	st, ok := s.app.(Stager[Resp])
 	if !ok {
 		return fmt.Errorf("revision: a staged write is pending and %T cannot finish it", s.app)
 	}
@@ -106,7 +106,7 @@ func (s *Sequencer) rollForward(rec []byte) error {
 // takeOver moves the reservation recorded as rec to the next epoch, with
 // this writer as its owner, and clears the log parts staged for it; nil if
 // rec is no longer pending (someone else published or took it).
-func (s *Sequencer) takeOver(rec []byte) (*Reservation, error) {
+func (s *Sequencer[Resp]) takeOver(rec []byte) (*Reservation, error) {
 	res, err := decodeReservation(rec)
 	if err != nil {
 		return nil, err
@@ -144,7 +144,7 @@ func (s *Sequencer) takeOver(rec []byte) (*Reservation, error) {
 // FinishAbandoned finishes a staged request left pending, at once, without
 // waiting for its beat to stand still. Only for storage no other process
 // writes, where a reservation found at start-up is certainly abandoned.
-func (s *Sequencer) FinishAbandoned() error {
+func (s *Sequencer[Resp]) FinishAbandoned() error {
 	rec, _, err := s.readPending()
 	if err != nil || rec == nil {
 		return err

@@ -45,10 +45,10 @@ const markerWindow = 64
 
 // commitPrefix commits as many requests from the front of batch as fit and
 // answers them; it returns how many it answered.
-func (s *Sequencer) commitPrefix(batch []*pending) int {
+func (s *Sequencer[Resp]) commitPrefix(batch []*pending[Resp]) int {
 	for {
 		s.seq++
-		a := &attempt{s: s, batch: batch, seq: s.seq, results: make([]result, len(batch))}
+		a := &attempt[Resp]{s: s, batch: batch, seq: s.seq, results: make([]result[Resp], len(batch))}
 		start := s.cfg.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CommitTimeout)
 		s.batchStarted()
@@ -90,7 +90,7 @@ func (s *Sequencer) commitPrefix(batch []*pending) int {
 // classify turns a storage failure of the write path into the sequencer's
 // errors: a transaction too large for the storage, or one that could not
 // commit in time (the deadline, or a backend that gave up retrying).
-func (s *Sequencer) classify(err error) error {
+func (s *Sequencer[Resp]) classify(err error) error {
 	switch {
 	case errors.Is(err, ErrStopped) || errors.Is(err, ErrTimeout) || errors.Is(err, ErrTooLarge):
 		return err
@@ -110,11 +110,11 @@ func tooLarge(err error) bool {
 }
 
 // attempt is one batch's transaction function and what its last run found.
-type attempt struct {
-	s       *Sequencer
-	batch   []*pending
+type attempt[Resp any] struct {
+	s       *Sequencer[Resp]
+	batch   []*pending[Resp]
 	seq     uint64
-	results []result
+	results []result[Resp]
 	written int
 	base    int64 // the head the batch applied on
 	newHead int64 // the head it wrote, 0 if it wrote none
@@ -123,7 +123,7 @@ type attempt struct {
 	lastTook time.Duration
 }
 
-func (a *attempt) run(tx storage.Tx) error {
+func (a *attempt[Resp]) run(tx storage.Tx) error {
 	s := a.s
 	began := s.cfg.Now()
 	defer func() { a.lastTook = s.cfg.Now().Sub(began) }()
@@ -166,13 +166,13 @@ func (a *attempt) run(tx storage.Tx) error {
 
 // apply evaluates the batch on top of revision base and writes the head and
 // the batch marker.
-func (a *attempt) apply(tx storage.Tx, base int64, env Env) error {
+func (a *attempt[Resp]) apply(tx storage.Tx, base int64, env Env) error {
 	s := a.s
 	ctr := &countingTx{Tx: tx}
 	start, rev := env, base
 	for i, p := range a.batch {
 		id := RequestID{Writer: s.writer, Seq: a.seq, Index: uint32(i)}
-		resp, wrote, reqErr, err := s.app.Apply(ctr, &env, rev, id, p.req)
+		resp, wrote, reqErr, err := p.req.Apply(ctr, &env, rev, id)
 		switch {
 		case err != nil:
 			return err
@@ -183,7 +183,7 @@ func (a *attempt) apply(tx storage.Tx, base int64, env Env) error {
 		case ctr.bytes > s.cfg.BatchBytes && i > 0:
 			return errShrink{n: i}
 		}
-		a.results[i] = result{resp: resp, err: reqErr}
+		a.results[i] = result[Resp]{resp: resp, err: reqErr}
 		if wrote {
 			rev++
 			if invariants {
@@ -210,7 +210,7 @@ func (a *attempt) apply(tx storage.Tx, base int64, env Env) error {
 
 // replay rebuilds the responses of a batch an earlier attempt committed,
 // under the Env that attempt evaluated against.
-func (a *attempt) replay(tx storage.ReadTx, marker []byte) error {
+func (a *attempt[Resp]) replay(tx storage.ReadTx, marker []byte) error {
 	base, env, err := decodeMarker(marker)
 	if err != nil {
 		return err
@@ -218,11 +218,11 @@ func (a *attempt) replay(tx storage.ReadTx, marker []byte) error {
 	rev := base
 	for i, p := range a.batch {
 		id := RequestID{Writer: a.s.writer, Seq: a.seq, Index: uint32(i)}
-		resp, wrote, reqErr, err := a.s.app.Replay(tx, &env, rev, id, p.req)
+		resp, wrote, reqErr, err := p.req.Replay(tx, &env, rev, id)
 		if err != nil {
 			return err
 		}
-		a.results[i] = result{resp: resp, err: reqErr}
+		a.results[i] = result[Resp]{resp: resp, err: reqErr}
 		if wrote {
 			rev++
 		}

@@ -50,22 +50,28 @@ type Env struct {
 	Compacted int64
 }
 
-// Applier evaluates write requests. It never imports gRPC; requests and
-// responses are whatever the applier defines.
+// Request is one write request, answered with a Resp. The layer above
+// defines its requests and how they evaluate; the sequencer orders, batches,
+// retries and replays them without looking inside. It never imports gRPC.
+type Request[Resp any] interface {
+	// Apply evaluates the request on top of the store at revision rev (the
+	// newest revision visible in tx), writes its mutations to tx and reports
+	// whether it took revision rev+1. A request-level failure (bad lease,
+	// ...) is returned as reqErr and must leave tx untouched; ErrStage as
+	// reqErr asks for the request to be staged (Stageable); err means the
+	// storage failed and the whole batch is retried. A compaction updates
+	// env. It may run any number of times, in attempts of different batches.
+	Apply(tx storage.Tx, env *Env, rev int64, id RequestID) (resp Resp, wrote bool, reqErr, err error)
+	// Replay rebuilds the response of a request that an earlier attempt of
+	// the same batch already committed, reading the store as of rev (the
+	// revision before the request) under env, exactly as Apply evaluated it.
+	Replay(tx storage.ReadTx, env *Env, rev int64, id RequestID) (resp Resp, wrote bool, reqErr, err error)
+}
+
+// Applier is the store the requests apply to.
 type Applier interface {
 	// Begin reads the Env an attempt evaluates against.
 	Begin(tx storage.ReadTx) (Env, error)
-	// Apply evaluates req on top of the store at revision rev (the newest
-	// revision visible in tx), writes its mutations to tx and reports whether
-	// it took revision rev+1. A request-level failure (bad lease, ...) is
-	// returned as reqErr and must leave tx untouched; ErrStage as reqErr asks
-	// for the request to be staged (Stager); err means the storage failed and
-	// the whole batch is retried. A compaction updates env.
-	Apply(tx storage.Tx, env *Env, rev int64, id RequestID, req any) (resp any, wrote bool, reqErr, err error)
-	// Replay rebuilds the response of a request that an earlier attempt of the
-	// same batch already committed, reading the store as of rev (the revision
-	// before the request) under env, exactly as Apply evaluated it.
-	Replay(tx storage.ReadTx, env *Env, rev int64, id RequestID, req any) (resp any, wrote bool, reqErr, err error)
 }
 
 // Config tunes the sequencer.
@@ -191,7 +197,7 @@ var (
 // the oldest of them, which commits everything queued so far in one batch.
 // A lone client thus commits on its own goroutine, without two goroutine
 // hand-offs per write that cost a single client about a tenth of its puts.
-type Sequencer struct {
+type Sequencer[Resp any] struct {
 	db     storage.DB
 	app    Applier
 	cfg    Config
@@ -203,8 +209,8 @@ type Sequencer struct {
 	stopWait context.CancelFunc
 
 	mu      sync.Mutex
-	waiting []*pending // queued, in arrival order
-	leading bool       // a caller is committing a batch
+	waiting []*pending[Resp] // queued, in arrival order
+	leading bool             // a caller is committing a batch
 	stopped bool
 	idle    *sync.Cond // signalled when the lead is given up
 	// started and decided count batches; settled is closed and replaced
@@ -217,24 +223,24 @@ type Sequencer struct {
 	lastHead int64 // the newest head this writer committed (invariants)
 }
 
-type pending struct {
+type pending[Resp any] struct {
 	ctx  context.Context
-	req  any
+	req  Request[Resp]
 	size int
-	out  chan result   // the answer; buffered
-	lead chan struct{} // told to lead the next batch; buffered
+	out  chan result[Resp] // the answer; buffered
+	lead chan struct{}     // told to lead the next batch; buffered
 }
 
-type result struct {
-	resp any
+type result[Resp any] struct {
+	resp Resp
 	err  error
 }
 
 // New returns a sequencer; Stop ends it. Each sequencer is a writer with a
 // random identity, so batch markers of different processes never collide.
-func New(db storage.DB, app Applier, cfg Config) *Sequencer {
+func New[Resp any](db storage.DB, app Applier, cfg Config) *Sequencer[Resp] {
 	cfg.defaults()
-	s := &Sequencer{db: db, app: app, cfg: cfg, writer: rand.Uint64(), settled: make(chan struct{})}
+	s := &Sequencer[Resp]{db: db, app: app, cfg: cfg, writer: rand.Uint64(), settled: make(chan struct{})}
 	s.stop, s.stopWait = context.WithCancel(context.Background())
 	s.idle = sync.NewCond(&s.mu)
 	return s
@@ -245,15 +251,16 @@ func New(db storage.DB, app Applier, cfg Config) *Sequencer {
 // ends before a batch takes it is answered with ctx's error and never
 // applied; once taken, it is decided whatever ctx does, which keeps "did it
 // apply?" answerable for the caller's retry logic.
-func (s *Sequencer) Do(ctx context.Context, req any, sizeHint int) (any, error) {
+func (s *Sequencer[Resp]) Do(ctx context.Context, req Request[Resp], sizeHint int) (Resp, error) {
+	var none Resp
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return none, err
 	}
-	p := &pending{ctx: ctx, req: req, size: sizeHint, out: make(chan result, 1), lead: make(chan struct{}, 1)}
+	p := &pending[Resp]{ctx: ctx, req: req, size: sizeHint, out: make(chan result[Resp], 1), lead: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
-		return nil, ErrStopped
+		return none, ErrStopped
 	}
 	s.waiting = append(s.waiting, p)
 	lead := !s.leading
@@ -274,7 +281,7 @@ func (s *Sequencer) Do(ctx context.Context, req any, sizeHint int) (any, error) 
 
 // lead commits one batch from the front of the queue, then passes the lead
 // to the oldest request still waiting, or gives it up.
-func (s *Sequencer) lead() {
+func (s *Sequencer[Resp]) lead() {
 	s.mu.Lock()
 	batch := s.take()
 	s.mu.Unlock()
@@ -293,14 +300,14 @@ func (s *Sequencer) lead() {
 
 // take removes the next batch from the queue; the caller holds mu. Requests
 // whose context has ended are answered here, unapplied.
-func (s *Sequencer) take() []*pending {
-	var batch []*pending
+func (s *Sequencer[Resp]) take() []*pending[Resp] {
+	var batch []*pending[Resp]
 	bytes, n := 0, 0
 	for n < len(s.waiting) && len(batch) < s.cfg.MaxBatch && (len(batch) == 0 || bytes < s.cfg.BatchBytes) {
 		p := s.waiting[n]
 		n++
 		if err := p.ctx.Err(); err != nil {
-			p.out <- result{err: err}
+			p.out <- result[Resp]{err: err}
 			continue
 		}
 		batch = append(batch, p)
@@ -313,7 +320,7 @@ func (s *Sequencer) take() []*pending {
 
 // Stop waits for the requests already queued to be decided; later ones get
 // ErrStopped.
-func (s *Sequencer) Stop() {
+func (s *Sequencer[Resp]) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopped = true
@@ -327,7 +334,7 @@ func (s *Sequencer) Stop() {
 // called has been decided: none of them can be replayed any more. Physical
 // compaction uses it so as never to remove history a replay of this
 // writer's batches could read.
-func (s *Sequencer) Settle(ctx context.Context) error {
+func (s *Sequencer[Resp]) Settle(ctx context.Context) error {
 	s.mu.Lock()
 	target := s.started
 	for s.decided < target {
@@ -344,13 +351,13 @@ func (s *Sequencer) Settle(ctx context.Context) error {
 	return nil
 }
 
-func (s *Sequencer) batchStarted() {
+func (s *Sequencer[Resp]) batchStarted() {
 	s.mu.Lock()
 	s.started++
 	s.mu.Unlock()
 }
 
-func (s *Sequencer) batchDecided() {
+func (s *Sequencer[Resp]) batchDecided() {
 	s.mu.Lock()
 	s.decided++
 	close(s.settled)
@@ -358,7 +365,7 @@ func (s *Sequencer) batchDecided() {
 	s.mu.Unlock()
 }
 
-func (s *Sequencer) commit(batch []*pending) {
+func (s *Sequencer[Resp]) commit(batch []*pending[Resp]) {
 	for len(batch) > 0 {
 		n := s.commitPrefix(batch)
 		batch = batch[n:]
@@ -366,7 +373,7 @@ func (s *Sequencer) commit(batch []*pending) {
 }
 
 // answer sends results to the first len(results) requests of batch.
-func answer(batch []*pending, results []result) int {
+func answer[Resp any](batch []*pending[Resp], results []result[Resp]) int {
 	for i := range results {
 		batch[i].out <- results[i]
 	}
@@ -374,10 +381,10 @@ func answer(batch []*pending, results []result) int {
 }
 
 // failAll answers the first n requests of batch with err.
-func failAll(batch []*pending, n int, err error) int {
-	results := make([]result, n)
+func failAll[Resp any](batch []*pending[Resp], n int, err error) int {
+	results := make([]result[Resp], n)
 	for i := range results {
-		results[i] = result{err: err}
+		results[i] = result[Resp]{err: err}
 	}
 	return answer(batch, results)
 }

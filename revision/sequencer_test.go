@@ -15,19 +15,21 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
 )
 
-// recorder applies a request (a key) by writing it with the revision it
-// takes, logs the revision, and answers with it.
+// recorder is a store whose requests (keys) write themselves with the
+// revision they take, log the revision, and answer with it.
 type recorder struct{}
 
 func (recorder) Begin(storage.ReadTx) (revision.Env, error) { return revision.Env{}, nil }
 
-func (recorder) Apply(tx storage.Tx, _ *revision.Env, rev int64, _ revision.RequestID, req any) (any, bool, error, error) {
-	tx.Set([]byte(req.(string)), fmt.Appendf(nil, "%d", rev+1))
-	tx.Set(keyspace.Log(rev+1, 0), []byte(req.(string)))
+type key string
+
+func (k key) Apply(tx storage.Tx, _ *revision.Env, rev int64, _ revision.RequestID) (int64, bool, error, error) {
+	tx.Set([]byte(k), fmt.Appendf(nil, "%d", rev+1))
+	tx.Set(keyspace.Log(rev+1, 0), []byte(k))
 	return rev + 1, true, nil, nil
 }
 
-func (recorder) Replay(_ storage.ReadTx, _ *revision.Env, rev int64, _ revision.RequestID, _ any) (any, bool, error, error) {
+func (key) Replay(_ storage.ReadTx, _ *revision.Env, rev int64, _ revision.RequestID) (int64, bool, error, error) {
 	return rev + 1, true, nil, nil
 }
 
@@ -45,7 +47,7 @@ func openDB(t *testing.T) storage.DB {
 // revision, the revisions are dense, and batches form under contention.
 func TestConcurrentRequestsGetDenseRevisions(t *testing.T) {
 	var batches, maxBatch atomic.Int64
-	seq := revision.New(openDB(t), recorder{}, revision.Config{Observe: func(n, _ int, _ time.Duration) {
+	seq := revision.New[int64](openDB(t), recorder{}, revision.Config{Observe: func(n, _ int, _ time.Duration) {
 		batches.Add(1)
 		for m := maxBatch.Load(); int64(n) > m && !maxBatch.CompareAndSwap(m, int64(n)); m = maxBatch.Load() {
 		}
@@ -59,12 +61,12 @@ func TestConcurrentRequestsGetDenseRevisions(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				resp, err := seq.Do(context.Background(), fmt.Sprintf("k/%d/%d", c, i), 10)
+				resp, err := seq.Do(context.Background(), key(fmt.Sprintf("k/%d/%d", c, i)), 10)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				revs <- resp.(int64)
+				revs <- resp
 			}
 		}()
 	}
@@ -90,11 +92,11 @@ func TestConcurrentRequestsGetDenseRevisions(t *testing.T) {
 // A request whose context ended before it was queued is not applied.
 func TestEndedContextIsNotApplied(t *testing.T) {
 	db := openDB(t)
-	seq := revision.New(db, recorder{}, revision.Config{})
+	seq := revision.New[int64](db, recorder{}, revision.Config{})
 	defer seq.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := seq.Do(ctx, "canceled", 10); !errors.Is(err, context.Canceled) {
+	if _, err := seq.Do(ctx, key("canceled"), 10); !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
 	err := db.View(context.Background(), func(tx storage.ReadTx) error {
@@ -111,7 +113,7 @@ func TestEndedContextIsNotApplied(t *testing.T) {
 
 // Stop lets every queued request finish; requests after it are refused.
 func TestStopDecidesQueuedRequests(t *testing.T) {
-	seq := revision.New(openDB(t), recorder{}, revision.Config{})
+	seq := revision.New[int64](openDB(t), recorder{}, revision.Config{})
 	var wg sync.WaitGroup
 	var answered, refused atomic.Int64
 	for c := range 16 {
@@ -119,7 +121,7 @@ func TestStopDecidesQueuedRequests(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; ; i++ {
-				_, err := seq.Do(context.Background(), fmt.Sprintf("s/%d/%d", c, i), 10)
+				_, err := seq.Do(context.Background(), key(fmt.Sprintf("s/%d/%d", c, i)), 10)
 				switch {
 				case err == nil:
 					answered.Add(1)
@@ -141,7 +143,7 @@ func TestStopDecidesQueuedRequests(t *testing.T) {
 	if refused.Load() != 16 {
 		t.Fatalf("%d callers refused after Stop, want 16", refused.Load())
 	}
-	if _, err := seq.Do(context.Background(), "late", 10); !errors.Is(err, revision.ErrStopped) {
+	if _, err := seq.Do(context.Background(), key("late"), 10); !errors.Is(err, revision.ErrStopped) {
 		t.Fatalf("Do after Stop: %v, want ErrStopped", err)
 	}
 }
