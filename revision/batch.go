@@ -168,17 +168,26 @@ func (a *attempt[Resp]) run(tx storage.Tx) error {
 	return a.apply(tx, head.Rev, env)
 }
 
-// prefetch is the keys the applier will read for the batch, if it says.
-func (a *attempt) prefetch() [][]byte {
-	p, ok := a.s.app.(Prefetcher)
-	if !ok {
-		return nil
+// maxPrefetch bounds the keys one batch reads ahead; a batch of many large
+// requests reads the rest as it evaluates them.
+const maxPrefetch = 4096
+
+// prefetch is the keys the applier and the batch's requests will read, as
+// far as they say.
+func (a *attempt[Resp]) prefetch() [][]byte {
+	var keys [][]byte
+	if p, ok := a.s.app.(Prefetcher); ok {
+		keys = p.Prefetch(keys)
 	}
-	reqs := make([]any, len(a.batch))
-	for i, b := range a.batch {
-		reqs[i] = b.req
+	for _, b := range a.batch {
+		if p, ok := b.req.(Prefetcher); ok {
+			keys = p.Prefetch(keys)
+		}
+		if len(keys) >= maxPrefetch {
+			return keys[:maxPrefetch]
+		}
 	}
-	return p.Prefetch(reqs)
+	return keys
 }
 
 // apply evaluates the batch on top of revision base and writes the head and

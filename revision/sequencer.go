@@ -74,14 +74,15 @@ type Applier interface {
 	Begin(tx storage.ReadTx) (Env, error)
 }
 
-// Prefetcher is an optional Applier capability: the keys Begin and Apply
-// will read for a batch's requests. An attempt reads them in the round trip
-// that reads the head, so that the applier's own reads are answered from
-// the transaction's read cache (FoundationDB's read-your-writes cache keeps
-// every value a transaction has read): a batch of puts waits for one read
-// round trip instead of one per request.
+// Prefetcher is an optional capability of an Applier (the keys Begin will
+// read) and of a Request (the keys its Apply will read first). An attempt
+// reads them in the round trip that reads the head, so that the applier's
+// own reads are answered from the transaction's read cache (FoundationDB's
+// read-your-writes cache keeps every value a transaction has read): a batch
+// of puts waits for one read round trip instead of one per request.
 type Prefetcher interface {
-	Prefetch(reqs []any) [][]byte
+	// Prefetch appends the keys to keys.
+	Prefetch(keys [][]byte) [][]byte
 }
 
 // Config tunes the sequencer.
