@@ -100,9 +100,18 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		if err := st.do(); err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
-		fmt.Fprintf(&b, "%s: %v\n", st.name, db.Reset())
+		c := db.Reset()
+		// Keys and bytes read depend on the backend's page sizes; the
+		// round trips and what is written do not.
+		fmt.Fprintf(&b, "%s: round_trips=%d attempts=%d read_versions=%d read_rounds=%d commits=%d keys_written=%d bytes_written=%d\n",
+			st.name, c.RoundTrips(), c.Attempts, c.ReadVersions, c.ReadRounds, c.Commits, c.KeysWritten, c.BytesWritten)
+		t.Logf("%s: %v", st.name, c)
 	}
-	compareGolden(t, filepath.Join("testdata", "roundtrips.golden"), b.String())
+	golden := "roundtrips.golden"
+	if raceBuild {
+		golden = "roundtrips-race.golden" // with the sequencer's invariant reads
+	}
+	compareGolden(t, filepath.Join("testdata", golden), b.String())
 }
 
 func compareGolden(t *testing.T, path, got string) {
@@ -155,7 +164,13 @@ func TestBatchReadsInOneRoundTrip(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	t.Logf("batches %v: %v", sizes, c)
-	if c.ReadRounds != c.Attempts {
-		t.Fatalf("%d batches (sizes %v) took %d attempts and %d read round trips, want one round trip per attempt", len(sizes), sizes, c.Attempts, c.ReadRounds)
+	want := c.Attempts
+	if raceBuild {
+		// The invariant checks read once per attempt and twice per
+		// revision written (128 here).
+		want = 2*c.Attempts + 2*128
+	}
+	if c.ReadRounds > want {
+		t.Fatalf("%d batches (sizes %v) took %d attempts and %d read round trips, want at most %d: one per attempt", len(sizes), sizes, c.Attempts, c.ReadRounds, want)
 	}
 }
