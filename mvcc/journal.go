@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/record"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
@@ -216,15 +217,15 @@ func readJournal(ctx context.Context, db storage.DB) ([][]journalOp, error) {
 
 func decodeJournal(b []byte) ([]journalOp, error) {
 	var ops []journalOp
-	d := decoder{b: b}
-	for d.err == nil && len(d.b) > 0 {
-		op := journalOp{op: d.byte1()}
-		op.key = d.bytes(d.uvarint())
-		op.value = d.bytes(d.uvarint())
-		if d.err == nil && op.op != jopSet && op.op != jopClear {
-			return nil, errCorrupt
+	d := record.NewDecoder(b)
+	for d.Err() == nil && d.Len() > 0 {
+		op := journalOp{op: d.Byte()}
+		op.key = d.Bytes(d.Uvarint())
+		op.value = d.Bytes(d.Uvarint())
+		if d.Err() == nil && op.op != jopSet && op.op != jopClear {
+			return nil, record.ErrCorrupt
 		}
 		ops = append(ops, op)
 	}
-	return ops, d.err
+	return ops, d.Err()
 }

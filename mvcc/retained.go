@@ -181,7 +181,7 @@ func (w *historyWalk) run(ctx context.Context, emit func(RetainedVersion) error)
 					out = w.flushPending(out)
 					w.cur = key
 				}
-				sv := snapVersion{e: &entry{key: key, meta: v.meta(modRev), ver: &v}, sub: v.Sub}
+				sv := snapVersion{e: &entry{key: key, meta: v.Meta(modRev), ver: &v}, sub: v.Sub}
 				if modRev <= w.compacted {
 					// Superseded by any newer version at or below compacted.
 					w.pending = &sv

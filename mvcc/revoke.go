@@ -83,7 +83,7 @@ func leaseKeysAt(tx storage.ReadTx, kvs []storage.KeyValue, id, rev int64) ([]*e
 		}
 		key := kvs[i].Key[prefix:]
 		var e *entry
-		if live, ok := m.at(rev); !ok {
+		if live, ok := m.At(rev); !ok {
 			if e, err = versionAt(tx, key, rev); err != nil {
 				return nil, err
 			}
