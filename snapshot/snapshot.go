@@ -278,32 +278,53 @@ const (
 
 // writeMeta creates etcd's buckets and fills all but the key bucket.
 func writeMeta(tx *bolt.Tx, cfg Config, st mvcc.RetainedState) error {
-	bks := map[string]*bolt.Bucket{}
 	for _, name := range [][]byte{bucketKey, bucketMeta, bucketLease, bucketAlarm, bucketCluster,
 		bucketMembers, bucketMembersRemoved, bucketAuth, bucketAuthUsers, bucketAuthRoles} {
-		b, err := tx.CreateBucket(name)
-		if err != nil {
+		if _, err := tx.CreateBucket(name); err != nil {
 			return err
 		}
-		bks[string(name)] = b
 	}
-	put := func(bucket []byte, k, v []byte) error { return bks[string(bucket)].Put(k, v) }
+	meta, err := metaEntries(cfg, st)
+	if err != nil {
+		return err
+	}
+	for _, m := range meta {
+		if err := tx.Bucket(bucketMeta).Put([]byte(m.k), m.v); err != nil {
+			return err
+		}
+	}
+	if err := writeMember(tx, cfg); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bucketCluster).Put([]byte("clusterVersion"), []byte(clusterVersion)); err != nil {
+		return err
+	}
+	// Auth never enabled: etcd writes no authEnabled key, and revision 1.
+	if err := tx.Bucket(bucketAuth).Put([]byte("authRevision"), u64(1)); err != nil {
+		return err
+	}
+	return writeLeases(tx, cfg, st.Leases)
+}
 
+type metaEntry struct {
+	k string
+	v []byte
+}
+
+// metaEntries is the meta bucket: the consistent index and term, the
+// storage version, the compaction revisions and the raft conf state.
+func metaEntries(cfg Config, st mvcc.RetainedState) ([]metaEntry, error) {
 	term := cfg.Term
 	if term == 0 {
 		term = 1
 	}
-	type kv struct {
-		k string
-		v []byte
-	}
-	meta := []kv{
+	meta := []metaEntry{
 		{"consistent_index", u64(uint64(st.Rev))},
 		{"term", u64(term)},
 		{"storageVersion", []byte(storageVersion)},
 	}
 	if st.Compacted >= 0 {
-		meta = append(meta, kv{"scheduledCompactRev", etcdRev(st.Compacted)}, kv{"finishedCompactRev", etcdRev(st.Compacted)})
+		meta = append(meta, metaEntry{"scheduledCompactRev", etcdRev(st.Compacted)}, metaEntry{"finishedCompactRev", etcdRev(st.Compacted)})
 	}
 	if cfg.MemberID != 0 {
 		cs, err := json.Marshal(struct {
@@ -311,39 +332,37 @@ func writeMeta(tx *bolt.Tx, cfg Config, st mvcc.RetainedState) error {
 			AutoLeave bool     `json:"auto_leave"`
 		}{Voters: []uint64{cfg.MemberID}})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		meta = append(meta, kv{"confState", cs})
-		peer := cfg.PeerURLs
-		if peer == nil {
-			peer = []string{}
-		}
-		m, err := json.Marshal(struct {
-			ID         uint64   `json:"id"`
-			PeerURLs   []string `json:"peerURLs"`
-			Name       string   `json:"name,omitempty"`
-			ClientURLs []string `json:"clientURLs,omitempty"`
-		}{ID: cfg.MemberID, PeerURLs: peer, Name: cfg.MemberName, ClientURLs: cfg.ClientURLs})
-		if err != nil {
-			return err
-		}
-		if err := put(bucketMembers, []byte(strconv.FormatUint(cfg.MemberID, 16)), m); err != nil {
-			return err
-		}
+		meta = append(meta, metaEntry{"confState", cs})
 	}
-	for _, m := range meta {
-		if err := put(bucketMeta, []byte(m.k), m.v); err != nil {
-			return err
-		}
+	return meta, nil
+}
+
+// writeMember fills the members bucket with the configured member, if any.
+func writeMember(tx *bolt.Tx, cfg Config) error {
+	if cfg.MemberID == 0 {
+		return nil
 	}
-	if err := put(bucketCluster, []byte("clusterVersion"), []byte(clusterVersion)); err != nil {
+	peer := cfg.PeerURLs
+	if peer == nil {
+		peer = []string{}
+	}
+	m, err := json.Marshal(struct {
+		ID         uint64   `json:"id"`
+		PeerURLs   []string `json:"peerURLs"`
+		Name       string   `json:"name,omitempty"`
+		ClientURLs []string `json:"clientURLs,omitempty"`
+	}{ID: cfg.MemberID, PeerURLs: peer, Name: cfg.MemberName, ClientURLs: cfg.ClientURLs})
+	if err != nil {
 		return err
 	}
-	// Auth never enabled: etcd writes no authEnabled key, and revision 1.
-	if err := put(bucketAuth, []byte("authRevision"), u64(1)); err != nil {
-		return err
-	}
-	for _, l := range st.Leases {
+	return tx.Bucket(bucketMembers).Put([]byte(strconv.FormatUint(cfg.MemberID, 16)), m)
+}
+
+// writeLeases fills the lease bucket.
+func writeLeases(tx *bolt.Tx, cfg Config, leases []mvcc.LeaseRecord) error {
+	for _, l := range leases {
 		ttl, remaining, err := cfg.LeaseTTL(l.Record)
 		if err != nil {
 			return fmt.Errorf("lease %x: %w", l.ID, err)
@@ -351,7 +370,7 @@ func writeMeta(tx *bolt.Tx, cfg Config, st mvcc.RetainedState) error {
 		// etcd restores a lease with RemainingTTL when it is positive and
 		// with its full TTL otherwise; an overdue lease keeps one second.
 		remaining = max(min(remaining, ttl), 1)
-		if err := put(bucketLease, u64(uint64(l.ID)), encodeEtcdLease(l.ID, ttl, remaining)); err != nil {
+		if err := tx.Bucket(bucketLease).Put(u64(uint64(l.ID)), encodeEtcdLease(l.ID, ttl, remaining)); err != nil {
 			return err
 		}
 	}
