@@ -195,7 +195,7 @@ const maxCompactSeen = 16
 // Physical compaction must never remove history that a replay could read:
 // after commit_unknown_result, a batch that evaluated under compaction
 // revision C is replayed under C, reading history at or above C and the
-// revision log of its own revisions (Store.Replay). A compaction to C' > C
+// revision log of its own revisions (Request.Replay). A compaction to C' > C
 // can remove those once it is requested, so it is held back until no batch
 // that evaluated under an older compaction can still be replayed:
 //   - a batch that started after the request to C' committed reads C' (a
