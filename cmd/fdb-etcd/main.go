@@ -62,6 +62,10 @@ func runSubcommand(args []string, stdout, stderr io.Writer) (code int, ok bool) 
 		printVersion(stdout)
 	case "healthcheck":
 		err = healthcheck(args[1:])
+	case "import":
+		err = importSnapshot(args[1:])
+	case "mirror":
+		err = runMirror(args[1:])
 	case "gateway", "grpc-proxy":
 		err = fmt.Errorf("etcd's %s mode is not provided: every fdb-etcd member serves every request, so point clients at the members (or a Service in front of them) directly", args[0])
 	default:
