@@ -4,6 +4,12 @@ BIN       ?= bin
 DATA_DIR  ?= default.etcd
 LISTEN    ?= http://127.0.0.1:2379
 PKGS      := ./...
+# TESTHOOKS is the build tag of the test machinery kept out of the product
+# binary: the persisted-request journal and its export, and the storage
+# fault flags (cmd/fdb-etcd/testhooks.go). The robustness suite builds
+# fdb-etcd with it; TESTHOOKS_RUN are the tests that need it.
+TESTHOOKS     := fdbetcd_testhooks
+TESTHOOKS_RUN := Export|Journal|Faults
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
@@ -30,11 +36,13 @@ run-fdb: build-fdb
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags $(TESTHOOKS) $(PKGS)
 
 # test is what CI runs: formatting, vet, the race-enabled unit and server
 # tests, and the differential test against a real embedded etcd.
 test: lint
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m -tags $(TESTHOOKS) -run '$(TESTHOOKS_RUN)' ./mvcc/ ./cmd/fdb-etcd/
 	cd test/etcdcompat && $(GO) test -count=1 ./...
 	cd test/snapshot && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory robustness-short
@@ -78,7 +86,7 @@ endif
 # FDB_PKGS are the packages whose tests run on FoundationDB under test-fdb:
 # the backend's own tests, and the suites above the storage interface, which
 # open their store through internal/testdb.
-FDB_PKGS   := ./internal/fdbserver/... ./storage/fdb/... ./mvcc/... ./watchhub/... ./owner/... ./lease/... ./server/... ./cmd/...
+FDB_PKGS   := ./internal/fdbserver/... ./storage/fdb/... ./mvcc/... ./snapshot/... ./watchhub/... ./owner/... ./lease/... ./server/... ./cmd/...
 FDB_MISSING = $(shell PATH='$(PATH)'; \
 	if [ -z "$(FDB_FOUND)" ]; then echo "no FDB_HOME, no $(FDB_SYSTEM_LIB) with headers, no $(FDB_SIBLING)"; \
 	elif [ ! -e "$(FDB_LIB)" ]; then echo "$(FDB_LIB) not found"; \
@@ -99,6 +107,7 @@ test-fdb:
 	@if [ -n "$(FDB_MISSING)" ]; then echo "test-fdb: FoundationDB is not installed: $(FDB_MISSING)" >&2; exit 1; fi
 	CGO_ENABLED=1 $(GO) vet -tags fdb $(FDB_PKGS)
 	CGO_ENABLED=1 FDB_TESTS_REQUIRED=1 FDB_ETCD_TEST_BACKEND=fdb $(GO) test -tags fdb -race -count=1 $(FDB_PKGS)
+	CGO_ENABLED=1 FDB_TESTS_REQUIRED=1 FDB_ETCD_TEST_BACKEND=fdb $(GO) test -tags fdb,$(TESTHOOKS) -race -count=1 -run '$(TESTHOOKS_RUN)' ./mvcc/
 	$(GO) run ./internal/fdbserver/withfdb sh -c 'cd test/etcdcompat && ETCDCOMPAT_BACKEND=fdb $(GO) test -count=1 ./...'
 	$(GO) run ./internal/fdbserver/withfdb sh -c 'cd test/snapshot && SNAPSHOT_BACKEND=fdb $(GO) test -count=1 ./...'
 
@@ -150,7 +159,7 @@ fuzz-short:
 
 robustness:
 	cd test/robustness && $(ROBUSTNESS_ENV) ROBUSTNESS_LONG=1 $(GO) test -count=1 -timeout 240m -v ./...
-	ROBUSTNESS_LONG=1 $(GO) test -count=1 -run 'TestCrashConsistency|TestExportPersisted' -v ./mvcc
+	ROBUSTNESS_LONG=1 $(GO) test -tags $(TESTHOOKS) -count=1 -run 'TestCrashConsistency|TestExportPersisted' -v ./mvcc
 	$(MAKE) --no-print-directory fuzz-short FUZZTIME=60s
 
 # conformance runs k8s.io/apiserver's storage test suite and end-to-end

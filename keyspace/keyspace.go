@@ -21,6 +21,8 @@
 //	0x0b 'n' name                 tenant registry: a tenant's record (id, quota)
 //	0x0b 'i'                      tenant registry: the last id handed out
 //	0x0b 'l' id                   tenant registry: present while tenant id is live
+//	0xfe 'n'                      journal counter: test builds only (mvcc's persisted-request journal)
+//	0xfe 'j' n part               journal records: test builds only, never read by the server
 //
 // A tenant's keyspace (0x0a id) holds families 0x01..0x09 exactly as the
 // store holds them without tenancy, so a tenant is an fdb-etcd keyspace of
@@ -49,7 +51,28 @@ const (
 	famSingle  = 0x09
 	famTenant  = 0x0a
 	famTenants = 0x0b
+	famJournal = 0xfe
 )
+
+// Family is a storage key's family: the leading byte that says which record
+// a key holds.
+type Family byte
+
+// The families a reader outside this package tells apart.
+const (
+	FamilyHistory Family = famHistory
+	FamilyChunk   Family = famChunk
+	FamilyLog     Family = famLog
+	FamilyLease   Family = famLease
+)
+
+// FamilyOf returns k's family; an empty key has none (0).
+func FamilyOf(k []byte) Family {
+	if len(k) == 0 {
+		return 0
+	}
+	return Family(k[0])
+}
 
 // Head is the key every write batch changes; watching it is how readers learn
 // of new commits.
@@ -278,4 +301,33 @@ var TenantLastID = []byte{famTenants, 'i'}
 // transaction) fences off every transaction still running for the tenant.
 func TenantLive(id uint64) []byte {
 	return appendU64([]byte{famTenants, 'l'}, id)
+}
+
+// JournalCounter holds the number of the last journal record. The journal
+// is test machinery (test builds only); the family is declared here so that
+// no layer's keys can collide with it.
+var JournalCounter = []byte{famJournal, 'n'}
+
+var journalRecords = []byte{famJournal, 'j'}
+
+// JournalRecord is the key of part part of journal record n.
+func JournalRecord(n uint64, part uint32) []byte {
+	out := make([]byte, 0, len(journalRecords)+8+4)
+	out = append(out, journalRecords...)
+	out = appendU64(out, n)
+	return binary.BigEndian.AppendUint32(out, part)
+}
+
+// JournalAll covers every journal record.
+func JournalAll() ([]byte, []byte) {
+	return bytes.Clone(journalRecords), []byte{famJournal, 'j' + 1}
+}
+
+// ParseJournalRecord returns the record number and part of a JournalRecord key.
+func ParseJournalRecord(k []byte) (n uint64, part uint32, err error) {
+	if len(k) != len(journalRecords)+8+4 || !bytes.HasPrefix(k, journalRecords) {
+		return 0, 0, ErrMalformed
+	}
+	b := k[len(journalRecords):]
+	return binary.BigEndian.Uint64(b), binary.BigEndian.Uint32(b[8:]), nil
 }

@@ -36,6 +36,8 @@ func TestGoldenEncoding(t *testing.T) {
 	line("TenantRecord(acme)", TenantRecord("acme"))
 	line("TenantLastID", TenantLastID)
 	line("TenantLive(3)", TenantLive(3))
+	line("JournalCounter", JournalCounter)
+	line("JournalRecord(3, 1)", JournalRecord(3, 1))
 	path := filepath.Join("testdata", "encoding.golden")
 	if *update {
 		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {

@@ -55,6 +55,13 @@ func FuzzLayoutKeys(f *testing.F) {
 		if id, err := ParseLease(Lease(r1)); err != nil || id != r1 {
 			t.Fatalf("lease key round trip %d: %d %v", r1, id, err)
 		}
+		j := JournalRecord(uint64(r1), uint32(i1))
+		if n, part, err := ParseJournalRecord(j); err != nil || n != uint64(r1) || part != uint32(i1) {
+			t.Fatalf("journal key round trip %d/%d: %d/%d %v", r1, i1, n, part, err)
+		}
+		if jb, je := JournalAll(); bytes.Compare(j, jb) < 0 || bytes.Compare(j, je) >= 0 {
+			t.Fatalf("journal key %x outside JournalAll", j)
+		}
 		a := Attach(r1, k1)
 		if !bytes.HasPrefix(a, AttachPrefix(r1)) || !bytes.Equal(a[len(AttachPrefix(r1)):], k1) {
 			t.Fatalf("attach key of %d/%q", r1, k1)
@@ -62,7 +69,7 @@ func FuzzLayoutKeys(f *testing.F) {
 
 		// Families never interleave: every key sorts by its family byte
 		// first, and each family's range holds only its own keys.
-		keys := [][]byte{Head, Compaction, Latest(k1), History(k1, r1), c1, l1, a, Lease(r1), Batch(uint64(r1), uint64(i1)), Singleton(string(k1))}
+		keys := [][]byte{Head, Compaction, Latest(k1), History(k1, r1), c1, l1, a, Lease(r1), Batch(uint64(r1), uint64(i1)), Singleton(string(k1)), JournalCounter, j}
 		for i := 1; i < len(keys); i++ {
 			if keys[i-1][0] > keys[i][0] {
 				t.Fatalf("family %x after %x", keys[i][0], keys[i-1][0])

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/record"
 	"github.com/fdb-etcd/fdb-etcd/revision"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
@@ -400,12 +401,12 @@ func decodeBulkMarker(b []byte) ([]byte, BulkCursor, error) {
 	if b == nil {
 		return nil, BulkCursor{}, errors.New("mvcc: no bulk load in progress")
 	}
-	d := decoder{b: b}
-	src := d.bytes(d.uvarint())
-	c := BulkCursor{Rev: d.uvarint(), Sub: d.uvarint(), Parts: int(d.uvarint())}
-	c.Started = d.byte1() == 1
-	if d.err == nil && len(d.b) != 0 {
-		d.err = errCorrupt
+	d := record.NewDecoder(b)
+	src := d.Bytes(d.Uvarint())
+	c := BulkCursor{Rev: d.Uvarint(), Sub: d.Uvarint(), Parts: int(d.Uvarint())}
+	c.Started = d.Byte() == 1
+	if d.Err() == nil && d.Len() != 0 {
+		return src, c, errCorrupt
 	}
-	return src, c, d.err
+	return src, c, d.Err()
 }

@@ -111,7 +111,6 @@ func FuzzValueChunking(f *testing.F) {
 		_, _ = decodeLog([][]byte{pattern})
 		_, _ = decodeLog([][]byte{enc, pattern})
 		_, _ = decodeCompaction(pattern)
-		_, _ = decodeJournal(pattern)
 		_, _ = decodeLogPart(pattern, false)
 
 		// End to end: the value through a store under FoundationDB's limits.

@@ -15,8 +15,6 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
-type compactRequest struct{ rev int64 }
-
 type compactWaiter struct {
 	rev  int64
 	done chan struct{}
@@ -26,7 +24,7 @@ type compactWaiter struct {
 // schedules the physical removal of the history it frees. With physical set
 // it returns only once that removal is done, as etcd does.
 func (s *Store) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	resp, err := s.write(ctx, &compactRequest{rev: r.Revision}, 16)
+	resp, err := s.write(ctx, &compactRequest{s: s, rev: r.Revision}, 16)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +49,7 @@ func checkCompact(compacted, rev int64, r *compactRequest) error {
 	return nil
 }
 
-func (s *Store) applyCompact(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID, r *compactRequest) (any, bool, error, error) {
+func (s *Store) applyCompact(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID, r *compactRequest) (writeResponse, bool, error, error) {
 	if err := checkCompact(env.Compacted, rev, r); err != nil {
 		return nil, false, err, nil
 	}
@@ -71,7 +69,7 @@ func (s *Store) applyCompact(tx storage.Tx, env *revision.Env, rev int64, id rev
 
 // replayCompact repeats the checks under the compaction revision the commit
 // saw: a later compaction must not turn a committed one into a failure.
-func (s *Store) replayCompact(env *revision.Env, rev int64, r *compactRequest) (any, bool, error, error) {
+func (s *Store) replayCompact(env *revision.Env, rev int64, r *compactRequest) (writeResponse, bool, error, error) {
 	if err := checkCompact(env.Compacted, rev, r); err != nil {
 		return nil, false, err, nil
 	}
@@ -194,7 +192,7 @@ const maxMarkers = 4096
 // Physical compaction must never remove history that a replay could read:
 // after commit_unknown_result, a batch is replayed reading the store as of
 // the head it applied on, or an older revision a Txn's Range asked for
-// (Store.Replay), and a compaction to C above that removes versions the
+// (Request.Replay), and a compaction to C above that removes versions the
 // replay needs. Such a batch has a batch marker recording the oldest
 // revision it read (its floor), stored when it committed, which its writer
 // clears in its next batch, once nothing can replay it:

@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"bytes"
+	"errors"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -36,9 +37,10 @@ type change struct {
 // domainError reports whether err is a request-level outcome (an etcd error
 // returned to the client) rather than a storage failure.
 func domainError(err error) bool {
-	switch err {
-	case ErrCompacted, ErrFutureRev, ErrKeyNotFound, ErrLeaseNotFound, ErrRequestTooLarge:
-		return true
+	for _, d := range []error{ErrCompacted, ErrFutureRev, ErrKeyNotFound, ErrLeaseNotFound, ErrRequestTooLarge} {
+		if errors.Is(err, d) {
+			return true
+		}
 	}
 	return false
 }

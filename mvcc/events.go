@@ -45,6 +45,9 @@ func (s *Store) ReadEvents(ctx context.Context, from int64, maxRevs int) ([]Revi
 		out, err = s.assembleEvents(tx, parts)
 		return err
 	})
+	if invariants && err == nil {
+		checkEventsAtOrBelow(head, out)
+	}
 	return out, head, err
 }
 
@@ -96,11 +99,11 @@ func (s *Store) assembleEvents(tx storage.ReadTx, parts []storage.KeyValue) ([]R
 	for _, re := range out {
 		for _, ev := range re.Events {
 			if c := cur[i]; c != nil && c.ver != nil {
-				c.meta = c.ver.meta(c.meta.ModRev)
+				c.meta = c.ver.Meta(c.meta.ModRev)
 				ev.Kv = c.kv(true)
 			}
 			if p := prev[i]; p != nil && p.ver != nil {
-				p.meta = p.ver.meta(p.meta.ModRev)
+				p.meta = p.ver.Meta(p.meta.ModRev)
 				ev.PrevKv = p.kv(true)
 			}
 			i++

@@ -1,3 +1,5 @@
+//go:build fdbetcd_testhooks
+
 package mvcc
 
 import (
@@ -76,22 +78,21 @@ type exportItem struct {
 }
 
 func (x *exporter) tx(ops []journalOp) error {
-	logFam, histFam, chunkFam, leaseFam := keyspace.LogFrom(0)[0], keyspace.History(nil, 0)[0], keyspace.Chunk(nil, 0, 0)[0], keyspace.Lease(0)[0]
 	var items []*exportItem
 	revs := map[int64]*exportItem{}
 	for _, op := range ops {
-		k := op.key
+		k, fam := op.key, keyspace.FamilyOf(op.key)
 		switch {
-		case op.op == jopSet && k[0] == histFam:
+		case op.op == jopSet && fam == keyspace.FamilyHistory:
 			v, err := decodeVersion(op.value)
 			if err != nil {
 				return fmt.Errorf("history %x: %w", k, err)
 			}
 			v.First = bytes.Clone(v.First)
 			x.versions[string(k)] = v
-		case op.op == jopSet && k[0] == chunkFam:
+		case op.op == jopSet && fam == keyspace.FamilyChunk:
 			x.chunks[string(k)] = op.value
-		case op.op == jopSet && k[0] == logFam:
+		case op.op == jopSet && fam == keyspace.FamilyLog:
 			rev, part, err := keyspace.ParseLog(k)
 			if err != nil {
 				return err
@@ -99,7 +100,7 @@ func (x *exporter) tx(ops []journalOp) error {
 			if err := x.logPart(revs, &items, rev, part, op.value); err != nil {
 				return err
 			}
-		case op.op == jopSet && k[0] == leaseFam:
+		case op.op == jopSet && fam == keyspace.FamilyLease:
 			id, err := keyspace.ParseLease(k)
 			if err != nil {
 				return err
@@ -108,7 +109,7 @@ func (x *exporter) tx(ops []journalOp) error {
 				x.leases[id] = true
 				items = append(items, &exportItem{kind: "grant", id: id})
 			}
-		case op.op == jopClear && k[0] == leaseFam:
+		case op.op == jopClear && fam == keyspace.FamilyLease:
 			id, err := keyspace.ParseLease(k)
 			if err != nil {
 				return err

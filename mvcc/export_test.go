@@ -1,3 +1,5 @@
+//go:build fdbetcd_testhooks
+
 package mvcc_test
 
 import (

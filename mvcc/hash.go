@@ -11,7 +11,7 @@ import (
 
 // HashKV hashes the key-value history retained up to rev exactly as etcd
 // 3.6's HashByRev does over its backend: the revision keys and marshaled
-// KeyValues of the history etcd's compaction keeps (see OpenSnapshot), in
+// KeyValues of the history etcd's compaction keeps (see WalkRetained), in
 // revision order, CRC-32C; versions at or below the compaction revision only
 // when they are in etcd's Keep(rev) — a key's newest version at rev, not a
 // tombstone — unless no key has one; never a tombstone at the compaction
@@ -39,22 +39,25 @@ func (s *Store) HashKV(ctx context.Context, rev int64) (hash uint32, hashRev, co
 		lastKey []byte
 		keeps   int
 	)
-	walk := historyWalk{s: s, rev: rev, compacted: compacted}
-	err = walk.run(ctx, func(key, k, v []byte) error {
+	err = s.WalkRetained(ctx, rev, compacted, func(rv RetainedVersion) error {
 		// The walk is in key order, so a key's last version is its newest.
+		key := rv.KV.Key
 		if n := len(items); n > 0 && bytes.Equal(key, lastKey) && items[n-1].keep {
 			items[n-1].keep = false
 			keeps--
 		}
-		tomb := len(k) == 18
-		items = append(items, item{k: k, v: v, keep: !tomb})
-		if !tomb {
+		v, err := rv.Marshal()
+		if err != nil {
+			return err
+		}
+		items = append(items, item{k: rv.RevisionKey(), v: v, keep: !rv.Tombstone})
+		if !rv.Tombstone {
 			keeps++
 		}
 		lastKey = key
 		return nil
 	})
-	if errors.Is(err, errSnapshotCompacted) {
+	if errors.Is(err, ErrCompactionMoved) {
 		err = ErrCompacted
 	}
 	if err != nil {

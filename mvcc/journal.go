@@ -1,3 +1,5 @@
+//go:build fdbetcd_testhooks
+
 package mvcc
 
 import (
@@ -6,10 +8,12 @@ import (
 	"fmt"
 
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/record"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
-// The persisted-request journal is a TEST-ONLY storage wrapper. etcd's
+// The persisted-request journal is a TEST-ONLY storage wrapper, compiled only
+// with the fdbetcd_testhooks build tag (the robustness suite's builds). etcd's
 // robustness validators need every request the server persisted, in order;
 // etcd reads them from its raft WAL. fdb-etcd's equivalent is the revision log
 // plus the history versions it names, but compaction removes both, and lease
@@ -24,13 +28,10 @@ import (
 //	lease records (grants, revokes)  0x07 set / clear
 //	compaction state                 0x01 'c'
 //
-// Copies live under a family no layer reads (0xfe) and are never cleared, so
-// ExportPersisted can rebuild the persisted requests after any amount of
-// compaction. It doubles the bytes written; never enable it in production.
-var (
-	journalRecords = []byte{0xfe, 'j'}
-	journalCounter = []byte{0xfe, 'n'}
-)
+// Copies live under a family no layer reads (keyspace.JournalRecord) and are
+// never cleared, so ExportPersisted can rebuild the persisted requests after
+// any amount of compaction. It doubles the bytes written; never enable it in
+// production.
 
 // journalPartBytes keeps each stored journal part under FoundationDB's value
 // limit, so the journal also works over the faulty wrapper's limits.
@@ -63,7 +64,7 @@ func (j *journalDB) Update(ctx context.Context, fn func(storage.Tx) error) error
 		if len(jt.rec) == 0 {
 			return nil
 		}
-		v, err := tx.Get(journalCounter)
+		v, err := tx.Get(keyspace.JournalCounter)
 		if err != nil {
 			return err
 		}
@@ -72,12 +73,12 @@ func (j *journalDB) Update(ctx context.Context, fn func(storage.Tx) error) error
 			n = binary.BigEndian.Uint64(v)
 		}
 		n++
-		for i, rec := 0, jt.rec; len(rec) > 0; i++ {
+		for i, rec := uint32(0), jt.rec; len(rec) > 0; i++ {
 			p := min(len(rec), journalPartBytes)
-			tx.Set(journalKey(n, i), rec[:p])
+			tx.Set(keyspace.JournalRecord(n, i), rec[:p])
 			rec = rec[p:]
 		}
-		tx.Set(journalCounter, binary.BigEndian.AppendUint64(nil, n))
+		tx.Set(keyspace.JournalCounter, binary.BigEndian.AppendUint64(nil, n))
 		return nil
 	})
 }
@@ -99,23 +100,14 @@ func (j *journalDB) Size() (int64, error) {
 	return 0, nil
 }
 
-func journalKey(n uint64, part int) []byte {
-	k := append([]byte(nil), journalRecords...)
-	k = binary.BigEndian.AppendUint64(k, n)
-	return binary.BigEndian.AppendUint32(k, uint32(part))
-}
-
 type journalTx struct {
 	storage.Tx
 	rec []byte
 }
 
 func journaled(key []byte) bool {
-	if len(key) == 0 {
-		return false
-	}
-	switch key[0] {
-	case keyspace.History(nil, 0)[0], keyspace.Chunk(nil, 0, 0)[0], keyspace.LogFrom(0)[0], keyspace.Lease(0)[0]:
+	switch keyspace.FamilyOf(key) {
+	case keyspace.FamilyHistory, keyspace.FamilyChunk, keyspace.FamilyLog, keyspace.FamilyLease:
 		return true
 	}
 	return string(key) == string(keyspace.Compaction)
@@ -137,7 +129,7 @@ func (t *journalTx) Set(key, value []byte) {
 }
 
 func (t *journalTx) Clear(key []byte) {
-	if len(key) > 0 && key[0] == keyspace.Lease(0)[0] {
+	if keyspace.FamilyOf(key) == keyspace.FamilyLease {
 		t.record(jopClear, key, nil)
 	}
 	t.Tx.Clear(key)
@@ -183,7 +175,7 @@ func readJournal(ctx context.Context, db storage.DB) ([][]journalOp, error) {
 		cur = nil
 		return nil
 	}
-	begin, end := journalRecords, storage.Strinc(journalRecords)
+	begin, end := keyspace.JournalAll()
 	for {
 		var kvs []storage.KeyValue
 		err := db.View(ctx, func(tx storage.ReadTx) error {
@@ -195,11 +187,10 @@ func readJournal(ctx context.Context, db storage.DB) ([][]journalOp, error) {
 			return nil, err
 		}
 		for _, kv := range kvs {
-			if len(kv.Key) != len(journalRecords)+12 {
-				return nil, fmt.Errorf("journal: malformed key %x", kv.Key)
+			n, part, err := keyspace.ParseJournalRecord(kv.Key)
+			if err != nil {
+				return nil, fmt.Errorf("journal: key %x: %w", kv.Key, err)
 			}
-			n := binary.BigEndian.Uint64(kv.Key[len(journalRecords):])
-			part := binary.BigEndian.Uint32(kv.Key[len(journalRecords)+8:])
 			if part == 0 {
 				if err := flush(); err != nil {
 					return nil, err
@@ -226,15 +217,15 @@ func readJournal(ctx context.Context, db storage.DB) ([][]journalOp, error) {
 
 func decodeJournal(b []byte) ([]journalOp, error) {
 	var ops []journalOp
-	d := decoder{b: b}
-	for d.err == nil && len(d.b) > 0 {
-		op := journalOp{op: d.byte1()}
-		op.key = d.bytes(d.uvarint())
-		op.value = d.bytes(d.uvarint())
-		if d.err == nil && op.op != jopSet && op.op != jopClear {
-			return nil, errCorrupt
+	d := record.NewDecoder(b)
+	for d.Err() == nil && d.Len() > 0 {
+		op := journalOp{op: d.Byte()}
+		op.key = d.Bytes(d.Uvarint())
+		op.value = d.Bytes(d.Uvarint())
+		if d.Err() == nil && op.op != jopSet && op.op != jopClear {
+			return nil, record.ErrCorrupt
 		}
 		ops = append(ops, op)
 	}
-	return ops, d.err
+	return ops, d.Err()
 }

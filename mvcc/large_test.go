@@ -293,40 +293,6 @@ func TestLargeDeleteUnderLoad(t *testing.T) {
 	t.Logf("%d other writes and %d counts during the delete", len(revs)-1, reads.Load())
 }
 
-// TestExportStagedWrites: the persisted-request export (the robustness
-// tests' WAL) rebuilds a staged DeleteRange as one revision and a staged
-// revoke as one leaseRevoke with its revision, though their log parts were
-// written by several transactions before the publishing one.
-func TestExportStagedWrites(t *testing.T) {
-	ctx := context.Background()
-	db := faulty.Wrap(Journal(testdb.Open(t)), faulty.Options{Seed: 4, CommitUnknownProbability: 0.3})
-	s := openInternal(t, db, Config{StageBytes: 8 << 10, SoleWriter: true})
-	grantLease(t, db, 7)
-	fill(t, s, "a/", 1000, 7)
-	if _, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("a/"), RangeEnd: []byte("a/0000500")}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Revoke(ctx, &RevokeRequest{ID: 7}); err != nil {
-		t.Fatal(err)
-	}
-	reqs, err := ExportPersisted(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, r := range reqs {
-		got = append(got, fmt.Sprintf("%s rev %d lease %d: %d ops", r.Type, r.Revision, r.LeaseID, len(r.Ops)))
-	}
-	want := []string{"leaseGrant rev 0 lease 7: 0 ops", "txn rev 2 lease 0: 500 ops", "txn rev 3 lease 0: 500 ops",
-		"txn rev 4 lease 0: 500 ops", "leaseRevoke rev 5 lease 7: 167 ops"}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("export:\n%s\nwant\n%s", got, want)
-	}
-	if !isStaged(t, db, 4) || !isStaged(t, db, 5) {
-		t.Fatal("the delete and the revoke were not staged")
-	}
-}
-
 // TestDeleteBehindDeletedKeysIsStaged: the size check of a DeleteRange
 // reads past index entries of keys deleted earlier (tombstones until
 // compaction), which cost nothing to delete again, to the live keys behind

@@ -4,33 +4,31 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/revision"
 )
 
-// maxPrefetch bounds the keys one batch reads ahead; a batch of many
-// large Txns reads the rest as it evaluates them.
-const maxPrefetch = 4096
-
-// Prefetch implements revision.Prefetcher: the compaction record Begin
-// reads, and the index entry of every single key the batch's requests read
-// first (a Put's previous version, a Txn's compares and single-key
+// The keys a batch reads ahead (revision.Prefetcher): the compaction record
+// Begin reads, and the index entry of every single key the batch's requests
+// read first (a Put's previous version, a Txn's compares and single-key
 // operations, a lease a Put attaches). Ranges are read as they are
 // evaluated.
-func (s *Store) Prefetch(reqs []any) [][]byte {
-	keys := [][]byte{keyspace.Compaction}
-	for _, req := range reqs {
-		switch r := req.(type) {
-		case *pb.PutRequest:
-			keys = appendPut(keys, r)
-		case *pb.DeleteRangeRequest:
-			if len(r.RangeEnd) == 0 {
-				keys = append(keys, keyspace.Latest(r.Key))
-			}
-		case *pb.TxnRequest:
-			keys = appendTxn(keys, r)
-		}
-		if len(keys) >= maxPrefetch {
-			return keys[:maxPrefetch]
-		}
+
+var (
+	_ revision.Prefetcher = applier{}
+	_ revision.Prefetcher = putRequest{}
+	_ revision.Prefetcher = deleteRequest{}
+	_ revision.Prefetcher = txnRequest{}
+)
+
+func (applier) Prefetch(keys [][]byte) [][]byte { return append(keys, keyspace.Compaction) }
+
+func (p putRequest) Prefetch(keys [][]byte) [][]byte { return appendPut(keys, p.r) }
+
+func (t txnRequest) Prefetch(keys [][]byte) [][]byte { return appendTxn(keys, t.r) }
+
+func (d deleteRequest) Prefetch(keys [][]byte) [][]byte {
+	if len(d.r.RangeEnd) == 0 {
+		keys = append(keys, keyspace.Latest(d.r.Key))
 	}
 	return keys
 }
@@ -71,15 +69,9 @@ func appendTxn(keys [][]byte, r *pb.TxnRequest) [][]byte {
 	return keys
 }
 
-// ReadFloor implements revision.ReadFloorer: the oldest explicit revision a
-// Txn's Ranges read at, nested Txns and both branches included, or 0.
-func (s *Store) ReadFloor(req any) int64 {
-	r, ok := req.(*pb.TxnRequest)
-	if !ok {
-		return 0
-	}
-	return txnFloor(r)
-}
+// ReadFloor implements revision.ReadFloorer: the oldest explicit revision
+// the Txn's Ranges read at, nested Txns and both branches included, or 0.
+func (t txnRequest) ReadFloor() int64 { return txnFloor(t.r) }
 
 func txnFloor(r *pb.TxnRequest) int64 {
 	var floor int64

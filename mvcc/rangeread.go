@@ -14,7 +14,11 @@ import (
 // Range reads a range at a revision, paging across read transactions at that
 // fixed revision so that no single storage transaction grows with the range.
 func (s *Store) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	return s.rangeRead(ctx, r, true)
+	resp, err := s.rangeRead(ctx, r, true)
+	if invariants && err == nil {
+		checkRangeHeader(resp)
+	}
+	return resp, err
 }
 
 // RangeChunk is Range without the total count (etcd 3.7's withTotalCount
@@ -22,7 +26,11 @@ func (s *Store) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespons
 // streamed range does not re-count the rest of the range for every chunk.
 // Count in its response covers only the keys read.
 func (s *Store) RangeChunk(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	return s.rangeRead(ctx, r, false)
+	resp, err := s.rangeRead(ctx, r, false)
+	if invariants && err == nil {
+		checkRangeHeader(resp)
+	}
+	return resp, err
 }
 
 // rangeRead answers a Range. A Range at revision 0 reads the newest revision

@@ -43,7 +43,7 @@ func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, fn 
 		}
 		key := keyspace.LatestKey(k)
 		more := true
-		if live, ok := m.at(rev); ok {
+		if live, ok := m.At(rev); ok {
 			if live != nil {
 				more = fn(key, *live, nil)
 			}
@@ -102,7 +102,7 @@ func versionAt(tx storage.ReadTx, key []byte, rev int64) (*entry, error) {
 	if v.Tombstone {
 		return nil, nil
 	}
-	return &entry{key: key, meta: v.meta(modRev), ver: &v}, nil
+	return &entry{key: key, meta: v.Meta(modRev), ver: &v}, nil
 }
 
 // getAt returns key as of rev, consulting the overlay first.
@@ -132,7 +132,7 @@ func entryAt(tx storage.ReadTx, key, latest []byte, rev int64) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if live, ok := m.at(rev); ok {
+	if live, ok := m.At(rev); ok {
 		if live == nil {
 			return nil, nil
 		}

@@ -30,7 +30,7 @@ func (e *FenceError) Unwrap() error { return e.Err }
 
 // Revoke runs a RevokeRequest through the write path.
 func (s *Store) Revoke(ctx context.Context, r *RevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	resp, err := s.write(ctx, r, 64)
+	resp, err := s.write(ctx, revokeRequest{s: s, r: r}, 64)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func leaseKeysAt(tx storage.ReadTx, kvs []storage.KeyValue, id, rev int64) ([]*e
 		}
 		key := kvs[i].Key[prefix:]
 		var e *entry
-		if live, ok := m.at(rev); !ok {
+		if live, ok := m.At(rev); !ok {
 			if e, err = versionAt(tx, key, rev); err != nil {
 				return nil, err
 			}
@@ -97,7 +97,7 @@ func leaseKeysAt(tx storage.ReadTx, kvs []storage.KeyValue, id, rev int64) ([]*e
 	return out, nil
 }
 
-func (s *Store) applyRevoke(tx storage.Tx, rev int64, id revision.RequestID, r *RevokeRequest) (any, bool, error, error) {
+func (s *Store) applyRevoke(tx storage.Tx, rev int64, id revision.RequestID, r *RevokeRequest) (writeResponse, bool, error, error) {
 	if reqErr, err := checkRevoke(tx, r); reqErr != nil || err != nil {
 		return nil, false, reqErr, err
 	}
@@ -126,7 +126,7 @@ func (s *Store) applyRevoke(tx storage.Tx, rev int64, id revision.RequestID, r *
 	return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev + 1}}, true, nil, nil
 }
 
-func (s *Store) replayRevoke(tx storage.ReadTx, rev int64, id revision.RequestID, r *RevokeRequest) (any, bool, error, error) {
+func (s *Store) replayRevoke(tx storage.ReadTx, rev int64, id revision.RequestID, r *RevokeRequest) (writeResponse, bool, error, error) {
 	landed, err := loggedBy(tx, rev+1, id)
 	if err != nil {
 		return nil, false, nil, err

@@ -31,8 +31,6 @@ import (
 // staging transaction writing the parts of its own keys. Readers of the
 // log see them all at once, when the head reaches the revision.
 
-var _ revision.Stager = (*Store)(nil)
-
 // Kinds of staged request, the first byte of a reservation's request.
 const (
 	stagedDelete = 1
@@ -86,27 +84,6 @@ func (s *Store) deleteOversized(tx storage.ReadTx, key, end []byte, rev int64) (
 	return false, nil
 }
 
-// Reserve implements revision.Stager.
-func (s *Store) Reserve(tx storage.ReadTx, _ revision.Env, _ int64, req any) ([]byte, error, error) {
-	switch r := req.(type) {
-	case *pb.DeleteRangeRequest:
-		b, err := proto.Marshal(r)
-		if err != nil {
-			return nil, nil, err
-		}
-		if len(b) >= maxReservedRequest {
-			return nil, ErrRequestTooLarge, nil
-		}
-		return append([]byte{stagedDelete}, b...), nil, nil
-	case *RevokeRequest:
-		if reqErr, err := checkRevoke(tx, r); reqErr != nil || err != nil {
-			return nil, reqErr, err
-		}
-		return binary.BigEndian.AppendUint64([]byte{stagedRevoke}, uint64(r.ID)), nil, nil
-	}
-	return nil, nil, fmt.Errorf("mvcc: %T cannot be staged", req)
-}
-
 // staged is a reserved request decoded.
 type staged struct {
 	del   *pb.DeleteRangeRequest // stagedDelete
@@ -124,9 +101,9 @@ func decodeStaged(b []byte) (staged, error) {
 	return staged{}, fmt.Errorf("mvcc: staged request %x: %w", b[:min(len(b), 9)], errCorrupt)
 }
 
-// Stage implements revision.Stager: it reads the keys to delete at r.Base
-// in pages, in key order, and hands each page to the writers.
-func (s *Store) Stage(ctx context.Context, r revision.Reservation, respond bool) (any, bool, error) {
+// stage is the Stager's Stage: it reads the keys to delete at r.Base in
+// pages, in key order, and hands each page to the writers.
+func (s *Store) stage(ctx context.Context, r revision.Reservation, respond bool) (writeResponse, bool, error) {
 	req, err := decodeStaged(r.Req)
 	if err != nil {
 		return nil, false, err
@@ -169,9 +146,9 @@ func (s *Store) Stage(ctx context.Context, r revision.Reservation, respond bool)
 	return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev}}, total > 0, nil
 }
 
-// Publish implements revision.Stager: the revision's first log part, and
-// for a revoke the lease record and its attachments.
-func (s *Store) Publish(tx storage.Tx, r revision.Reservation, wrote bool) error {
+// publish is the Stager's Publish: the revision's first log part, and for a
+// revoke the lease record and its attachments.
+func (s *Store) publish(tx storage.Tx, r revision.Reservation, wrote bool) error {
 	req, err := decodeStaged(r.Req)
 	if err != nil {
 		return err

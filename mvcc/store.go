@@ -53,7 +53,7 @@ type Store struct {
 	db  storage.DB
 	cfg Config
 	lg  *zap.Logger
-	seq *revision.Sequencer
+	seq *revision.Sequencer[writeResponse]
 
 	compactWake chan struct{}
 	stop        chan struct{}
@@ -70,8 +70,6 @@ type Store struct {
 
 	watchSizes watchSizes // sizes watch-log reads meet (watchread.go)
 }
-
-var _ revision.Applier = (*Store)(nil)
 
 // Open starts a store on db. The caller keeps ownership of db.
 func Open(db storage.DB, cfg Config) (*Store, error) {
@@ -110,7 +108,7 @@ func Open(db storage.DB, cfg Config) (*Store, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("mvcc: read head: %w", err)
 	}
-	s.seq = revision.New(db, s, cfg.Sequencer)
+	s.seq = revision.New[writeResponse](db, applier{s}, cfg.Sequencer)
 	if cfg.SoleWriter {
 		// Nobody else can be staging: a reservation left pending is a
 		// crashed run's, to be finished before anything else is written.
@@ -186,7 +184,7 @@ func leaseExistsIn(tx storage.ReadTx) func(int64) (bool, error) {
 
 // write sends a request through the sequencer and turns its failures into
 // the store's errors, each of which is one of etcd's.
-func (s *Store) write(ctx context.Context, req any, size int) (any, error) {
+func (s *Store) write(ctx context.Context, req revision.Request[writeResponse], size int) (writeResponse, error) {
 	resp, err := s.seq.Do(ctx, req, size)
 	switch {
 	case err == nil:
@@ -203,7 +201,7 @@ func (s *Store) write(ctx context.Context, req any, size int) (any, error) {
 
 // Put stores a key.
 func (s *Store) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
-	resp, err := s.write(ctx, r, proto.Size(r))
+	resp, err := s.write(ctx, putRequest{r: r}, proto.Size(r))
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +210,7 @@ func (s *Store) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, err
 
 // DeleteRange deletes keys.
 func (s *Store) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	resp, err := s.write(ctx, r, proto.Size(r))
+	resp, err := s.write(ctx, deleteRequest{s: s, r: r}, proto.Size(r))
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +222,7 @@ func (s *Store) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, err
 	if TxnReadOnly(r) {
 		return s.readTxn(ctx, r)
 	}
-	resp, err := s.write(ctx, r, proto.Size(r))
+	resp, err := s.write(ctx, txnRequest{r: r}, proto.Size(r))
 	if err != nil {
 		return nil, err
 	}
@@ -248,82 +246,12 @@ func (s *Store) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse,
 	return resp, nil
 }
 
-// Begin implements revision.Applier: a batch evaluates against the
-// compaction revision its attempt read first.
-func (s *Store) Begin(tx storage.ReadTx) (revision.Env, error) {
-	v, err := tx.Get(keyspace.Compaction)
-	if err != nil {
-		return revision.Env{}, err
-	}
-	c, err := decodeCompaction(v)
-	return revision.Env{Compacted: c.Requested}, err
-}
-
-// Apply implements revision.Applier.
-func (s *Store) Apply(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID, req any) (any, bool, error, error) {
-	switch r := req.(type) {
-	case *compactRequest:
-		return s.applyCompact(tx, env, rev, id, r)
-	case *RevokeRequest:
-		return s.applyRevoke(tx, rev, id, r)
-	}
-	if d, ok := req.(*pb.DeleteRangeRequest); ok && len(d.RangeEnd) > 0 {
-		if large, err := s.deleteOversized(tx, d.Key, normEnd(d.RangeEnd), rev); err != nil || large {
-			return nil, false, stageIf(large), err
-		}
-	}
-	ev, resp, reqErr, err := evaluate(tx, env.Compacted, rev, req, leaseExistsIn(tx))
-	if err != nil || reqErr != nil || len(ev.changes) == 0 {
-		return resp, false, reqErr, err
-	}
-	writeChanges(tx, rev+1, id, ev.changes)
-	return resp, true, nil, nil
-}
-
-func stageIf(large bool) error {
-	if large {
-		return revision.ErrStage
-	}
-	return nil
-}
-
-// Replay implements revision.Applier: the same evaluation against history,
-// under the compaction revision the commit evaluated against (env, from the
-// batch marker), not today's: a compaction since must not turn a committed
-// request's answer into ErrCompacted. Whether the request wrote is read from
-// the revision log. The history and log it reads are still there: physical
-// compaction waits out every replay that could read them (compactTarget).
-func (s *Store) Replay(tx storage.ReadTx, env *revision.Env, rev int64, id revision.RequestID, req any) (any, bool, error, error) {
-	switch r := req.(type) {
-	case *compactRequest:
-		return s.replayCompact(env, rev, r)
-	case *RevokeRequest:
-		return s.replayRevoke(tx, rev, id, r)
-	}
-	// A replay cannot repeat the lease check: the lease may be gone since.
-	anyLease := func(int64) (bool, error) { return true, nil }
-	ev, resp, reqErr, err := evaluate(tx, env.Compacted, rev, req, anyLease)
-	if err != nil || reqErr != nil || len(ev.changes) == 0 {
-		return resp, false, reqErr, err
-	}
-	landed, err := loggedBy(tx, rev+1, id)
-	if err != nil {
-		return nil, false, nil, err
-	}
-	if !landed {
-		// The evaluation would have written, so the only way it did not is
-		// the lease check that a replay cannot repeat.
-		return nil, false, ErrLeaseNotFound, nil
-	}
-	return resp, true, nil, nil
-}
-
 // evaluate runs one KV write request as of rev under compaction revision
 // compacted, splitting its failure into a request-level error (returned to
 // the client) and a storage error (the batch is retried).
-func evaluate(tx storage.ReadTx, compacted, rev int64, req any, leaseExists func(int64) (bool, error)) (ev *evaluator, resp any, reqErr, err error) {
+func evaluate(tx storage.ReadTx, compacted, rev int64, leaseExists func(int64) (bool, error), eval kvEval) (ev *evaluator, resp writeResponse, reqErr, err error) {
 	ev = &evaluator{tx: tx, rev: rev, compactRev: compacted, leaseExists: leaseExists}
-	resp, err = ev.eval(req)
+	resp, err = eval(ev)
 	switch {
 	case err == nil:
 		return ev, resp, nil, nil
@@ -344,21 +272,6 @@ func loggedBy(tx storage.ReadTx, rev int64, id revision.RequestID) (bool, error)
 		return false, err
 	}
 	return e.ID == id, nil
-}
-
-func (e *evaluator) eval(req any) (any, error) {
-	switch r := req.(type) {
-	case *pb.PutRequest:
-		if err := e.checkLease(r.Lease); err != nil {
-			return nil, err
-		}
-		return e.put(r)
-	case *pb.DeleteRangeRequest:
-		return e.deleteRange(r)
-	case *pb.TxnRequest:
-		return e.txn(r)
-	}
-	return nil, fmt.Errorf("mvcc: unknown request %T", req)
 }
 
 // writeChanges applies one request's changes at revision rev: the latest

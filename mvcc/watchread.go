@@ -85,6 +85,9 @@ func (s *Store) ReadWatchEvents(ctx context.Context, r WatchRead) (EventBatch, e
 			return c.b, err
 		}
 		if c.absorb(t) {
+			if invariants {
+				checkEventsAtOrBelow(c.b.Head, c.b.Revs)
+			}
 			return c.b, nil
 		}
 	}
@@ -373,11 +376,11 @@ func (t *txRead) add(r logRef, cur, prev *entry) {
 	if r.ev.Type == evDelete || t.c.req.KeysOnly {
 		ev.Kv = &mvccpb.KeyValue{Key: r.ev.Key, ModRevision: r.pos.rev}
 	} else if cur.ver != nil {
-		cur.meta = cur.ver.meta(cur.meta.ModRev)
+		cur.meta = cur.ver.Meta(cur.meta.ModRev)
 		ev.Kv = cur.kv(true)
 	}
 	if prev != nil && prev.ver != nil {
-		prev.meta = prev.ver.meta(prev.meta.ModRev)
+		prev.meta = prev.ver.Meta(prev.meta.ModRev)
 		ev.PrevKv = prev.kv(true)
 	}
 	if n := len(t.revs); n == 0 || t.revs[n-1].Rev != r.pos.rev {

@@ -17,7 +17,7 @@ import (
 // requests queue as they would behind a long batch. A takeover, once
 // started, runs to its end whatever ctx does: it is another writer's
 // request, which every waiter needs published.
-func (s *Sequencer) awaitPending(ctx context.Context, rec []byte) error {
+func (s *Sequencer[Resp]) awaitPending(ctx context.Context, rec []byte) error {
 	pending, beat, err := s.readPending()
 	if err != nil {
 		return err
@@ -45,7 +45,7 @@ func (s *Sequencer) awaitPending(ctx context.Context, rec []byte) error {
 
 // waitPendingChange blocks until Pending differs from rec, for at most
 // half a beat timeout, or until Stop or the end of ctx.
-func (s *Sequencer) waitPendingChange(ctx context.Context, rec []byte) error {
+func (s *Sequencer[Resp]) waitPendingChange(ctx context.Context, rec []byte) error {
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.BeatTimeout/2)
 	defer cancel()
 	defer context.AfterFunc(s.stop, cancel)()
@@ -61,7 +61,7 @@ func (s *Sequencer) waitPendingChange(ctx context.Context, rec []byte) error {
 	return err
 }
 
-func (s *Sequencer) readPending() (pending, beat []byte, err error) {
+func (s *Sequencer[Resp]) readPending() (pending, beat []byte, err error) {
 	ctx, cancel := context.WithTimeout(s.stop, s.cfg.CommitTimeout)
 	defer cancel()
 	err = s.db.View(ctx, func(tx storage.ReadTx) error {
@@ -83,8 +83,8 @@ func (s *Sequencer) readPending() (pending, beat []byte, err error) {
 // that writer off, and its log parts cleared), stages it again — the same
 // index and history entries, since staging is deterministic — and publishes
 // it with that writer's batch marker, for its retries.
-func (s *Sequencer) rollForward(rec []byte) error {
-	st, ok := s.app.(Stager)
+func (s *Sequencer[Resp]) rollForward(rec []byte) error {
+	st, ok := s.app.(Stager[Resp])
 	if !ok {
 		return fmt.Errorf("revision: a staged write is pending and %T cannot finish it", s.app)
 	}
@@ -111,7 +111,7 @@ func (s *Sequencer) rollForward(rec []byte) error {
 // takeOver moves the reservation recorded as rec to the next epoch, with
 // this writer as its owner, and clears the log parts staged for it; nil if
 // rec is no longer pending (someone else published or took it).
-func (s *Sequencer) takeOver(rec []byte) (*Reservation, error) {
+func (s *Sequencer[Resp]) takeOver(rec []byte) (*Reservation, error) {
 	res, err := decodeReservation(rec)
 	if err != nil {
 		return nil, err
@@ -149,7 +149,7 @@ func (s *Sequencer) takeOver(rec []byte) (*Reservation, error) {
 // FinishAbandoned finishes a staged request left pending, at once, without
 // waiting for its beat to stand still. Only for storage no other process
 // writes, where a reservation found at start-up is certainly abandoned.
-func (s *Sequencer) FinishAbandoned() error {
+func (s *Sequencer[Resp]) FinishAbandoned() error {
 	rec, _, err := s.readPending()
 	if err != nil || rec == nil {
 		return err

@@ -49,7 +49,7 @@ const markerWindow = 64
 // attempt, the cut batches' included, runs before one deadline
 // CommitTimeout away, so that a batch that shrinks holds the sequencer no
 // longer than one that does not.
-func (s *Sequencer) commitPrefix(batch []*pending) (answered int, staged []byte) {
+func (s *Sequencer[Resp]) commitPrefix(batch []*pending[Resp]) (answered int, staged []byte) {
 	deadline := s.cfg.Now().Add(s.cfg.CommitTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CommitTimeout)
 	defer cancel()
@@ -59,7 +59,7 @@ func (s *Sequencer) commitPrefix(batch []*pending) (answered int, staged []byte)
 			return failAll(batch, len(batch), fmt.Errorf("%w: batch cut after %v", ErrTimeout, s.cfg.CommitTimeout)), nil
 		}
 		s.seq++
-		a := &attempt{s: s, batch: batch, seq: s.seq, results: make([]result, len(batch))}
+		a := &attempt[Resp]{s: s, batch: batch, seq: s.seq, results: make([]result[Resp], len(batch))}
 		start := s.cfg.Now()
 		s.batchStarted()
 		err := s.db.Update(ctx, a.run)
@@ -99,7 +99,7 @@ func (s *Sequencer) commitPrefix(batch []*pending) (answered int, staged []byte)
 // classify turns a storage failure of the write path into the sequencer's
 // errors: a transaction too large for the storage, or one that could not
 // commit in time (the deadline, or a backend that gave up retrying).
-func (s *Sequencer) classify(err error) error {
+func (s *Sequencer[Resp]) classify(err error) error {
 	switch {
 	case errors.Is(err, ErrStopped) || errors.Is(err, ErrTimeout) || errors.Is(err, ErrTooLarge):
 		return err
@@ -119,11 +119,11 @@ func tooLarge(err error) bool {
 }
 
 // attempt is one batch's transaction function and what its last run found.
-type attempt struct {
-	s       *Sequencer
-	batch   []*pending
+type attempt[Resp any] struct {
+	s       *Sequencer[Resp]
+	batch   []*pending[Resp]
 	seq     uint64
-	results []result
+	results []result[Resp]
 	written int
 	base    int64 // the head the batch applied on
 	newHead int64 // the head it wrote, 0 if it wrote none
@@ -133,7 +133,7 @@ type attempt struct {
 	lastTook time.Duration
 }
 
-func (a *attempt) run(tx storage.Tx) error {
+func (a *attempt[Resp]) run(tx storage.Tx) error {
 	s := a.s
 	began := s.cfg.Now()
 	defer func() { a.lastTook = s.cfg.Now().Sub(began) }()
@@ -179,28 +179,37 @@ func (a *attempt) run(tx storage.Tx) error {
 	return a.apply(tx, head.Rev, env)
 }
 
-// prefetch is the keys the applier will read for the batch, if it says.
-func (a *attempt) prefetch() [][]byte {
-	p, ok := a.s.app.(Prefetcher)
-	if !ok {
-		return nil
+// maxPrefetch bounds the keys one batch reads ahead; a batch of many large
+// requests reads the rest as it evaluates them.
+const maxPrefetch = 4096
+
+// prefetch is the keys the applier and the batch's requests will read, as
+// far as they say.
+func (a *attempt[Resp]) prefetch() [][]byte {
+	var keys [][]byte
+	if p, ok := a.s.app.(Prefetcher); ok {
+		keys = p.Prefetch(keys)
 	}
-	reqs := make([]any, len(a.batch))
-	for i, b := range a.batch {
-		reqs[i] = b.req
+	for _, b := range a.batch {
+		if p, ok := b.req.(Prefetcher); ok {
+			keys = p.Prefetch(keys)
+		}
+		if len(keys) >= maxPrefetch {
+			return keys[:maxPrefetch]
+		}
 	}
-	return p.Prefetch(reqs)
+	return keys
 }
 
 // apply evaluates the batch on top of revision base and writes the head and
 // the batch marker.
-func (a *attempt) apply(tx storage.Tx, base int64, env Env) error {
+func (a *attempt[Resp]) apply(tx storage.Tx, base int64, env Env) error {
 	s := a.s
 	ctr := &countingTx{Tx: tx}
 	start, rev := env, base
 	for i, p := range a.batch {
 		id := RequestID{Writer: s.writer, Seq: a.seq, Index: uint32(i)}
-		resp, wrote, reqErr, err := s.app.Apply(ctr, &env, rev, id, p.req)
+		resp, wrote, reqErr, err := p.req.Apply(ctr, &env, rev, id)
 		switch {
 		case err != nil:
 			return err
@@ -211,7 +220,7 @@ func (a *attempt) apply(tx storage.Tx, base int64, env Env) error {
 		case ctr.bytes > s.cfg.BatchBytes && i > 0:
 			return errShrink{n: i}
 		}
-		a.results[i] = result{resp: resp, err: reqErr}
+		a.results[i] = result[Resp]{resp: resp, err: reqErr}
 		if wrote {
 			rev++
 			if invariants {
@@ -244,7 +253,7 @@ func (a *attempt) apply(tx storage.Tx, base int64, env Env) error {
 
 // replay rebuilds the responses of a batch an earlier attempt committed,
 // under the Env that attempt evaluated against.
-func (a *attempt) replay(tx storage.ReadTx, marker []byte) error {
+func (a *attempt[Resp]) replay(tx storage.ReadTx, marker []byte) error {
 	base, env, _, err := decodeMarker(marker)
 	if err != nil {
 		return err
@@ -252,11 +261,11 @@ func (a *attempt) replay(tx storage.ReadTx, marker []byte) error {
 	rev := base
 	for i, p := range a.batch {
 		id := RequestID{Writer: a.s.writer, Seq: a.seq, Index: uint32(i)}
-		resp, wrote, reqErr, err := a.s.app.Replay(tx, &env, rev, id, p.req)
+		resp, wrote, reqErr, err := p.req.Replay(tx, &env, rev, id)
 		if err != nil {
 			return err
 		}
-		a.results[i] = result{resp: resp, err: reqErr}
+		a.results[i] = result[Resp]{resp: resp, err: reqErr}
 		if wrote {
 			rev++
 		}
@@ -288,15 +297,13 @@ func decodeMarker(v []byte) (base int64, env Env, floor int64, err error) {
 
 // floor is the lowest revision the batch's requests read: base, or an
 // older explicit revision one of them reads at (ReadFloorer).
-func (a *attempt) floor(base int64) int64 {
-	f, ok := a.s.app.(ReadFloorer)
-	if !ok {
-		return base
-	}
+func (a *attempt[Resp]) floor(base int64) int64 {
 	floor := base
 	for _, p := range a.batch {
-		if r := f.ReadFloor(p.req); r > 0 && r < floor {
-			floor = r
+		if f, ok := p.req.(ReadFloorer); ok {
+			if r := f.ReadFloor(); r > 0 && r < floor {
+				floor = r
+			}
 		}
 	}
 	return floor

@@ -53,7 +53,7 @@ func checkStaged(tx storage.ReadTx, base int64, wrote bool) {
 
 // checkMonotonic: a writer's batches apply on a head no older than the one
 // it last wrote, so no revision it hands out is handed out twice.
-func (s *Sequencer) checkMonotonic(base, newHead int64) {
+func (s *Sequencer[Resp]) checkMonotonic(base, newHead int64) {
 	if base < s.lastHead {
 		panic(fmt.Sprintf("revision: batch applied on head %d after this writer wrote head %d", base, s.lastHead))
 	}

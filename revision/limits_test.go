@@ -17,12 +17,15 @@ import (
 // sized writes a request's number of bytes, in values under the storage's
 // value limit, and logs its revision. A request of 0 bytes waits for gate
 // first.
-type sized struct{ gate chan struct{} }
+type sized struct {
+	n    int
+	gate chan struct{}
+}
 
 func (sized) Begin(storage.ReadTx) (revision.Env, error) { return revision.Env{}, nil }
 
-func (a sized) Apply(tx storage.Tx, _ *revision.Env, rev int64, id revision.RequestID, req any) (any, bool, error, error) {
-	n := req.(int)
+func (a sized) Apply(tx storage.Tx, _ *revision.Env, rev int64, id revision.RequestID) (int64, bool, error, error) {
+	n := a.n
 	if n == 0 {
 		<-a.gate
 	}
@@ -35,7 +38,7 @@ func (a sized) Apply(tx storage.Tx, _ *revision.Env, rev int64, id revision.Requ
 	return rev + 1, true, nil, nil
 }
 
-func (sized) Replay(_ storage.ReadTx, _ *revision.Env, rev int64, _ revision.RequestID, _ any) (any, bool, error, error) {
+func (sized) Replay(_ storage.ReadTx, _ *revision.Env, rev int64, _ revision.RequestID) (int64, bool, error, error) {
 	return rev + 1, true, nil, nil
 }
 
@@ -47,7 +50,7 @@ func TestBatchTooLargeIsSplit(t *testing.T) {
 	gate := make(chan struct{})
 	var mu sync.Mutex
 	var batches []int
-	seq := revision.New(db, sized{gate: gate}, revision.Config{BatchBytes: 1 << 30, Observe: func(n, _ int, _ time.Duration) {
+	seq := revision.New[int64](db, sized{gate: gate}, revision.Config{BatchBytes: 1 << 30, Observe: func(n, _ int, _ time.Duration) {
 		mu.Lock()
 		batches = append(batches, n)
 		mu.Unlock()
@@ -55,19 +58,19 @@ func TestBatchTooLargeIsSplit(t *testing.T) {
 	defer seq.Stop()
 	sizes := []int{3 << 20, 3 << 20, 12 << 20, 3 << 20, 3 << 20, 2 << 20}
 	errs := make([]error, len(sizes))
-	revs := make([]any, len(sizes))
+	revs := make([]int64, len(sizes))
 	var wg sync.WaitGroup
 	// A first request holds the lead until the rest have been submitted;
 	// they then form one batch of 26 MiB.
 	first := make(chan error, 1)
-	go func() { _, err := seq.Do(context.Background(), 0, 1); first <- err }()
+	go func() { _, err := seq.Do(context.Background(), sized{gate: gate}, 1); first <- err }()
 	started := make(chan struct{}, len(sizes))
 	for i, n := range sizes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			started <- struct{}{}
-			revs[i], errs[i] = seq.Do(context.Background(), n, n)
+			revs[i], errs[i] = seq.Do(context.Background(), sized{n: n}, n)
 		}()
 	}
 	for range sizes {
@@ -89,7 +92,7 @@ func TestBatchTooLargeIsSplit(t *testing.T) {
 		if err != nil {
 			t.Fatalf("request of %d bytes: %v", sizes[i], err)
 		}
-		if r := revs[i].(int64); seen[r] {
+		if r := revs[i]; seen[r] {
 			t.Fatalf("revision %d twice", r)
 		} else {
 			seen[r] = true
@@ -116,13 +119,13 @@ func TestBatchTooLargeIsSplit(t *testing.T) {
 // the sequencer; the next request commits normally.
 func TestCommitTimeout(t *testing.T) {
 	db := faulty.Wrap(openDB(t), faulty.Options{RetryProbability: 1})
-	seq := revision.New(db, recorder{}, revision.Config{CommitTimeout: 200 * time.Millisecond})
+	seq := revision.New[int64](db, recorder{}, revision.Config{CommitTimeout: 200 * time.Millisecond})
 	defer seq.Stop()
-	if _, err := seq.Do(context.Background(), "stuck", 10); !errors.Is(err, revision.ErrTimeout) {
+	if _, err := seq.Do(context.Background(), key("stuck"), 10); !errors.Is(err, revision.ErrTimeout) {
 		t.Fatalf("got %v, want ErrTimeout", err)
 	}
 	db.SetOptions(faulty.Options{})
-	if r, err := seq.Do(context.Background(), "next", 10); err != nil || r.(int64) != 2 {
+	if r, err := seq.Do(context.Background(), key("next"), 10); err != nil || r != 2 {
 		t.Fatalf("after the timeout: revision %v, %v; want 2", r, err)
 	}
 }
@@ -145,23 +148,25 @@ func (c *stepClock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// slowApply applies requests like gated; every request but "hold" takes
-// a second of the clock to evaluate.
-type slowApply struct {
-	gated
-	clock   *stepClock
-	mu      sync.Mutex
-	applied map[string]int
+// slow is a request that takes a second of the clock to evaluate, and
+// counts its evaluations.
+type slow struct {
+	key
+	clock *stepClock
+	count *evaluations
 }
 
-func (a *slowApply) Apply(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID, req any) (any, bool, error, error) {
-	if req.(string) != "hold" {
-		a.clock.advance(time.Second)
-		a.mu.Lock()
-		a.applied[req.(string)]++
-		a.mu.Unlock()
-	}
-	return a.gated.Apply(tx, env, rev, id, req)
+type evaluations struct {
+	mu sync.Mutex
+	n  map[key]int
+}
+
+func (r slow) Apply(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID) (int64, bool, error, error) {
+	r.clock.advance(time.Second)
+	r.count.mu.Lock()
+	r.count.n[r.key]++
+	r.count.mu.Unlock()
+	return r.key.Apply(tx, env, rev, id)
 }
 
 // TestCutBatchKeepsItsDeadline: a batch whose attempts grow slow is cut in
@@ -172,26 +177,28 @@ func (a *slowApply) Apply(tx storage.Tx, env *revision.Env, rev int64, id revisi
 // long).
 func TestCutBatchKeepsItsDeadline(t *testing.T) {
 	clock := &stepClock{now: time.Unix(1e9, 0)}
-	app := &slowApply{gated: gated{holding: make(chan struct{}, 1), release: make(chan struct{})}, clock: clock, applied: map[string]int{}}
+	g := gate{holding: make(chan struct{}, 1), release: make(chan struct{})}
+	count := &evaluations{n: map[key]int{}}
 	db := faulty.Wrap(openDB(t), faulty.Options{})
-	seq := revision.New(db, app, revision.Config{CommitTimeout: time.Second, Now: clock.Now})
+	seq := revision.New[int64](db, recorder{}, revision.Config{CommitTimeout: time.Second, Now: clock.Now})
 	defer seq.Stop()
 	var releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { close(app.release) }) }
+	release := func() { releaseOnce.Do(func() { close(g.release) }) }
 	defer release()
-	held := make(chan error, 1)
-	go func() { _, err := seq.Do(context.Background(), "hold", 10); held <- err }()
-	<-app.holding
+	heldErr := make(chan error, 1)
+	go func() { _, err := seq.Do(context.Background(), held{key("hold"), g}, 10); heldErr <- err }()
+	<-g.holding
 	const n = 8
 	errs := make(chan error, n)
 	for i := range n {
-		go func() { _, err := seq.Do(context.Background(), fmt.Sprintf("r%d", i), 10); errs <- err }()
+		r := slow{key(fmt.Sprintf("r%d", i)), clock, count}
+		go func() { _, err := seq.Do(context.Background(), r, 10); errs <- err }()
 		awaitQueued(t, seq, i+1)
 	}
 	// From now on no attempt commits; "hold" too times out.
 	db.SetOptions(faulty.Options{RetryProbability: 1})
 	release()
-	if err := <-held; !errors.Is(err, revision.ErrTimeout) {
+	if err := <-heldErr; !errors.Is(err, revision.ErrTimeout) {
 		t.Fatalf("hold: got %v, want ErrTimeout", err)
 	}
 	for range n {
@@ -201,9 +208,9 @@ func TestCutBatchKeepsItsDeadline(t *testing.T) {
 	}
 	// r0 is in every cut of the batch. Its first attempt took 8 s of the
 	// clock, past the 1 s deadline: the batch is answered at its first cut.
-	app.mu.Lock()
-	defer app.mu.Unlock()
-	if got := app.applied["r0"]; got > 2 {
+	count.mu.Lock()
+	defer count.mu.Unlock()
+	if got := count.n["r0"]; got > 2 {
 		t.Fatalf("the first request was evaluated %d times; its batch went on being cut and retried past CommitTimeout", got)
 	}
 }

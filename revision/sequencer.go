@@ -51,40 +51,47 @@ type Env struct {
 	Compacted int64
 }
 
-// Applier evaluates write requests. It never imports gRPC; requests and
-// responses are whatever the applier defines.
+// Request is one write request, answered with a Resp. The layer above
+// defines its requests and how they evaluate; the sequencer orders, batches,
+// retries and replays them without looking inside. It never imports gRPC.
+type Request[Resp any] interface {
+	// Apply evaluates the request on top of the store at revision rev (the
+	// newest revision visible in tx), writes its mutations to tx and reports
+	// whether it took revision rev+1. A request-level failure (bad lease,
+	// ...) is returned as reqErr and must leave tx untouched; ErrStage as
+	// reqErr asks for the request to be staged (Stageable); err means the
+	// storage failed and the whole batch is retried. A compaction updates
+	// env. It may run any number of times, in attempts of different batches.
+	Apply(tx storage.Tx, env *Env, rev int64, id RequestID) (resp Resp, wrote bool, reqErr, err error)
+	// Replay rebuilds the response of a request that an earlier attempt of
+	// the same batch already committed, reading the store as of rev (the
+	// revision before the request) under env, exactly as Apply evaluated it.
+	Replay(tx storage.ReadTx, env *Env, rev int64, id RequestID) (resp Resp, wrote bool, reqErr, err error)
+}
+
+// Applier is the store the requests apply to.
 type Applier interface {
 	// Begin reads the Env an attempt evaluates against.
 	Begin(tx storage.ReadTx) (Env, error)
-	// Apply evaluates req on top of the store at revision rev (the newest
-	// revision visible in tx), writes its mutations to tx and reports whether
-	// it took revision rev+1. A request-level failure (bad lease, ...) is
-	// returned as reqErr and must leave tx untouched; ErrStage as reqErr asks
-	// for the request to be staged (Stager); err means the storage failed and
-	// the whole batch is retried. A compaction updates env.
-	Apply(tx storage.Tx, env *Env, rev int64, id RequestID, req any) (resp any, wrote bool, reqErr, err error)
-	// Replay rebuilds the response of a request that an earlier attempt of the
-	// same batch already committed, reading the store as of rev (the revision
-	// before the request) under env, exactly as Apply evaluated it.
-	Replay(tx storage.ReadTx, env *Env, rev int64, id RequestID, req any) (resp any, wrote bool, reqErr, err error)
 }
 
-// Prefetcher is an optional Applier capability: the keys Begin and Apply
-// will read for a batch's requests. An attempt reads them in the round trip
-// that reads the head, so that the applier's own reads are answered from
-// the transaction's read cache (FoundationDB's read-your-writes cache keeps
-// every value a transaction has read): a batch of puts waits for one read
-// round trip instead of one per request.
+// Prefetcher is an optional capability of an Applier (the keys Begin will
+// read) and of a Request (the keys its Apply will read first). An attempt
+// reads them in the round trip that reads the head, so that the applier's
+// own reads are answered from the transaction's read cache (FoundationDB's
+// read-your-writes cache keeps every value a transaction has read): a batch
+// of puts waits for one read round trip instead of one per request.
 type Prefetcher interface {
-	Prefetch(reqs []any) [][]byte
+	// Prefetch appends the keys to keys.
+	Prefetch(keys [][]byte) [][]byte
 }
 
-// ReadFloorer is an optional Applier capability: the oldest revision req
-// reads at other than the revision it applies on (a Txn's Range at an
+// ReadFloorer is an optional capability of a Request: the oldest revision
+// it reads at other than the revision it applies on (a Txn's Range at an
 // explicit revision), or 0. A batch's marker records the lowest, so that
 // physical compaction spares what its replay would read.
 type ReadFloorer interface {
-	ReadFloor(req any) int64
+	ReadFloor() int64
 }
 
 // Config tunes the sequencer.
@@ -214,7 +221,7 @@ var (
 // the oldest of them, which commits everything queued so far in one batch.
 // A lone client thus commits on its own goroutine, without two goroutine
 // hand-offs per write that cost a single client about a tenth of its puts.
-type Sequencer struct {
+type Sequencer[Resp any] struct {
 	db     storage.DB
 	app    Applier
 	cfg    Config
@@ -226,8 +233,8 @@ type Sequencer struct {
 	stopWait context.CancelFunc
 
 	mu      sync.Mutex
-	waiting []*pending // queued, in arrival order
-	leading bool       // a caller is committing a batch
+	waiting []*pending[Resp] // queued, in arrival order
+	leading bool             // a caller is committing a batch
 	stopped bool
 	idle    *sync.Cond // signalled when the lead is given up
 	// started and decided count batches; settled is closed and replaced
@@ -243,24 +250,24 @@ type Sequencer struct {
 	lastHead   int64 // the newest head this writer committed (invariants)
 }
 
-type pending struct {
+type pending[Resp any] struct {
 	ctx  context.Context
-	req  any
+	req  Request[Resp]
 	size int
-	out  chan result   // the answer; buffered
-	lead chan struct{} // told to lead the next batch; buffered
+	out  chan result[Resp] // the answer; buffered
+	lead chan struct{}     // told to lead the next batch; buffered
 }
 
-type result struct {
-	resp any
+type result[Resp any] struct {
+	resp Resp
 	err  error
 }
 
 // New returns a sequencer; Stop ends it. Each sequencer is a writer with a
 // random identity, so batch markers of different processes never collide.
-func New(db storage.DB, app Applier, cfg Config) *Sequencer {
+func New[Resp any](db storage.DB, app Applier, cfg Config) *Sequencer[Resp] {
 	cfg.defaults()
-	s := &Sequencer{db: db, app: app, cfg: cfg, writer: rand.Uint64(), settled: make(chan struct{})}
+	s := &Sequencer[Resp]{db: db, app: app, cfg: cfg, writer: rand.Uint64(), settled: make(chan struct{})}
 	s.stop, s.stopWait = context.WithCancel(context.Background())
 	s.idle = sync.NewCond(&s.mu)
 	return s
@@ -272,15 +279,16 @@ func New(db storage.DB, app Applier, cfg Config) *Sequencer {
 // error and never applied; once a batch has taken it, it is decided whatever
 // ctx does, which keeps "did it apply?" answerable for the caller's retry
 // logic.
-func (s *Sequencer) Do(ctx context.Context, req any, sizeHint int) (any, error) {
+func (s *Sequencer[Resp]) Do(ctx context.Context, req Request[Resp], sizeHint int) (Resp, error) {
+	var none Resp
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return none, err
 	}
-	p := &pending{ctx: ctx, req: req, size: sizeHint, out: make(chan result, 1), lead: make(chan struct{}, 1)}
+	p := &pending[Resp]{ctx: ctx, req: req, size: sizeHint, out: make(chan result[Resp], 1), lead: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
-		return nil, ErrStopped
+		return none, ErrStopped
 	}
 	s.waiting = append(s.waiting, p)
 	lead := !s.leading
@@ -297,12 +305,12 @@ func (s *Sequencer) Do(ctx context.Context, req any, sizeHint int) (any, error) 
 			return r.resp, r.err
 		case <-p.lead:
 			if ctx.Err() != nil && s.leave(p, true) {
-				return nil, ctx.Err()
+				return none, ctx.Err()
 			}
 			lead = true
 		case <-done:
 			if s.leave(p, false) {
-				return nil, ctx.Err()
+				return none, ctx.Err()
 			}
 			done = nil // a batch took it: wait for its outcome
 		}
@@ -312,7 +320,7 @@ func (s *Sequencer) Do(ctx context.Context, req any, sizeHint int) (any, error) 
 // leave removes p from the queue unless a batch has taken it already, and
 // reports whether it did. The lead p holds (holding), or was told to take,
 // passes to the next request in the queue, or is given up.
-func (s *Sequencer) leave(p *pending, holding bool) bool {
+func (s *Sequencer[Resp]) leave(p *pending[Resp], holding bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := slices.Index(s.waiting, p)
@@ -339,7 +347,7 @@ func (s *Sequencer) leave(p *pending, holding bool) bool {
 // lead commits one batch from the front of the queue, then passes the lead
 // to the oldest request still waiting, or gives it up. ctx is the leading
 // caller's: when it ends, the leader stops waiting for a staged write.
-func (s *Sequencer) lead(ctx context.Context) {
+func (s *Sequencer[Resp]) lead(ctx context.Context) {
 	s.mu.Lock()
 	batch := s.take()
 	s.mu.Unlock()
@@ -358,14 +366,14 @@ func (s *Sequencer) lead(ctx context.Context) {
 
 // take removes the next batch from the queue; the caller holds mu. Requests
 // whose context has ended are answered here, unapplied.
-func (s *Sequencer) take() []*pending {
-	var batch []*pending
+func (s *Sequencer[Resp]) take() []*pending[Resp] {
+	var batch []*pending[Resp]
 	bytes, n := 0, 0
 	for n < len(s.waiting) && len(batch) < s.cfg.MaxBatch && (len(batch) == 0 || bytes < s.cfg.BatchBytes) {
 		p := s.waiting[n]
 		n++
 		if err := p.ctx.Err(); err != nil {
-			p.out <- result{err: err}
+			p.out <- result[Resp]{err: err}
 			continue
 		}
 		batch = append(batch, p)
@@ -378,7 +386,7 @@ func (s *Sequencer) take() []*pending {
 
 // Stop waits for the requests already queued to be decided; later ones get
 // ErrStopped.
-func (s *Sequencer) Stop() {
+func (s *Sequencer[Resp]) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopped = true
@@ -392,7 +400,7 @@ func (s *Sequencer) Stop() {
 // called has been decided: none of them can be replayed any more. Physical
 // compaction uses it so as never to remove history a replay of this
 // writer's batches could read.
-func (s *Sequencer) Settle(ctx context.Context) error {
+func (s *Sequencer[Resp]) Settle(ctx context.Context) error {
 	s.mu.Lock()
 	target := s.started
 	for s.decided < target {
@@ -409,13 +417,13 @@ func (s *Sequencer) Settle(ctx context.Context) error {
 	return nil
 }
 
-func (s *Sequencer) batchStarted() {
+func (s *Sequencer[Resp]) batchStarted() {
 	s.mu.Lock()
 	s.started++
 	s.mu.Unlock()
 }
 
-func (s *Sequencer) batchDecided() {
+func (s *Sequencer[Resp]) batchDecided() {
 	s.mu.Lock()
 	s.decided++
 	close(s.settled)
@@ -428,7 +436,7 @@ func (s *Sequencer) batchDecided() {
 // each prefix it answers the requests whose ctx has ended: none of them is
 // in a batch that committed, since an attempt that found its batch
 // committed answers the whole prefix.
-func (s *Sequencer) commit(ctx context.Context, batch []*pending) {
+func (s *Sequencer[Resp]) commit(ctx context.Context, batch []*pending[Resp]) {
 	for {
 		batch = dropEnded(batch)
 		if len(batch) == 0 {
@@ -448,7 +456,7 @@ func (s *Sequencer) commit(ctx context.Context, batch []*pending) {
 // until the staged write recorded as rec is published or the leader's ctx
 // ends; the next leader takes the batch again. If the wait fails, the
 // requests of batch still queued are answered with its error.
-func (s *Sequencer) awaitQueued(ctx context.Context, batch []*pending, rec []byte) {
+func (s *Sequencer[Resp]) awaitQueued(ctx context.Context, batch []*pending[Resp], rec []byte) {
 	s.mu.Lock()
 	s.waiting = append(slices.Clip(batch), s.waiting...)
 	s.mu.Unlock()
@@ -459,21 +467,21 @@ func (s *Sequencer) awaitQueued(ctx context.Context, batch []*pending, rec []byt
 	err = s.classify(err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.waiting = slices.DeleteFunc(s.waiting, func(p *pending) bool {
+	s.waiting = slices.DeleteFunc(s.waiting, func(p *pending[Resp]) bool {
 		if !slices.Contains(batch, p) {
 			return false
 		}
-		p.out <- result{err: err}
+		p.out <- result[Resp]{err: err}
 		return true
 	})
 }
 
 // dropEnded answers the requests of batch whose ctx has ended, unapplied,
 // and returns the others.
-func dropEnded(batch []*pending) []*pending {
-	return slices.DeleteFunc(batch, func(p *pending) bool {
+func dropEnded[Resp any](batch []*pending[Resp]) []*pending[Resp] {
+	return slices.DeleteFunc(batch, func(p *pending[Resp]) bool {
 		if err := p.ctx.Err(); err != nil {
-			p.out <- result{err: err}
+			p.out <- result[Resp]{err: err}
 			return true
 		}
 		return false
@@ -481,7 +489,7 @@ func dropEnded(batch []*pending) []*pending {
 }
 
 // answer sends results to the first len(results) requests of batch.
-func answer(batch []*pending, results []result) int {
+func answer[Resp any](batch []*pending[Resp], results []result[Resp]) int {
 	for i := range results {
 		batch[i].out <- results[i]
 	}
@@ -489,10 +497,10 @@ func answer(batch []*pending, results []result) int {
 }
 
 // failAll answers the first n requests of batch with err.
-func failAll(batch []*pending, n int, err error) int {
-	results := make([]result, n)
+func failAll[Resp any](batch []*pending[Resp], n int, err error) int {
+	results := make([]result[Resp], n)
 	for i := range results {
-		results[i] = result{err: err}
+		results[i] = result[Resp]{err: err}
 	}
 	return answer(batch, results)
 }

@@ -16,19 +16,21 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
 )
 
-// recorder applies a request (a key) by writing it with the revision it
-// takes, logs the revision, and answers with it.
+// recorder is a store whose requests (keys) write themselves with the
+// revision they take, log the revision, and answer with it.
 type recorder struct{}
 
 func (recorder) Begin(storage.ReadTx) (revision.Env, error) { return revision.Env{}, nil }
 
-func (recorder) Apply(tx storage.Tx, _ *revision.Env, rev int64, _ revision.RequestID, req any) (any, bool, error, error) {
-	tx.Set([]byte(req.(string)), fmt.Appendf(nil, "%d", rev+1))
-	tx.Set(keyspace.Log(rev+1, 0), []byte(req.(string)))
+type key string
+
+func (k key) Apply(tx storage.Tx, _ *revision.Env, rev int64, _ revision.RequestID) (int64, bool, error, error) {
+	tx.Set([]byte(k), fmt.Appendf(nil, "%d", rev+1))
+	tx.Set(keyspace.Log(rev+1, 0), []byte(k))
 	return rev + 1, true, nil, nil
 }
 
-func (recorder) Replay(_ storage.ReadTx, _ *revision.Env, rev int64, _ revision.RequestID, _ any) (any, bool, error, error) {
+func (key) Replay(_ storage.ReadTx, _ *revision.Env, rev int64, _ revision.RequestID) (int64, bool, error, error) {
 	return rev + 1, true, nil, nil
 }
 
@@ -46,7 +48,7 @@ func openDB(t *testing.T) storage.DB {
 // revision, the revisions are dense, and batches form under contention.
 func TestConcurrentRequestsGetDenseRevisions(t *testing.T) {
 	var batches, maxBatch atomic.Int64
-	seq := revision.New(openDB(t), recorder{}, revision.Config{Observe: func(n, _ int, _ time.Duration) {
+	seq := revision.New[int64](openDB(t), recorder{}, revision.Config{Observe: func(n, _ int, _ time.Duration) {
 		batches.Add(1)
 		for m := maxBatch.Load(); int64(n) > m && !maxBatch.CompareAndSwap(m, int64(n)); m = maxBatch.Load() {
 		}
@@ -60,12 +62,12 @@ func TestConcurrentRequestsGetDenseRevisions(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				resp, err := seq.Do(context.Background(), fmt.Sprintf("k/%d/%d", c, i), 10)
+				resp, err := seq.Do(context.Background(), key(fmt.Sprintf("k/%d/%d", c, i)), 10)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				revs <- resp.(int64)
+				revs <- resp
 			}
 		}()
 	}
@@ -91,11 +93,11 @@ func TestConcurrentRequestsGetDenseRevisions(t *testing.T) {
 // A request whose context ended before it was queued is not applied.
 func TestEndedContextIsNotApplied(t *testing.T) {
 	db := openDB(t)
-	seq := revision.New(db, recorder{}, revision.Config{})
+	seq := revision.New[int64](db, recorder{}, revision.Config{})
 	defer seq.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := seq.Do(ctx, "canceled", 10); !errors.Is(err, context.Canceled) {
+	if _, err := seq.Do(ctx, key("canceled"), 10); !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
 	err := db.View(context.Background(), func(tx storage.ReadTx) error {
@@ -112,7 +114,7 @@ func TestEndedContextIsNotApplied(t *testing.T) {
 
 // Stop lets every queued request finish; requests after it are refused.
 func TestStopDecidesQueuedRequests(t *testing.T) {
-	seq := revision.New(openDB(t), recorder{}, revision.Config{})
+	seq := revision.New[int64](openDB(t), recorder{}, revision.Config{})
 	var wg sync.WaitGroup
 	var answered, refused atomic.Int64
 	for c := range 16 {
@@ -120,7 +122,7 @@ func TestStopDecidesQueuedRequests(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; ; i++ {
-				_, err := seq.Do(context.Background(), fmt.Sprintf("s/%d/%d", c, i), 10)
+				_, err := seq.Do(context.Background(), key(fmt.Sprintf("s/%d/%d", c, i)), 10)
 				switch {
 				case err == nil:
 					answered.Add(1)
@@ -142,32 +144,34 @@ func TestStopDecidesQueuedRequests(t *testing.T) {
 	if refused.Load() != 16 {
 		t.Fatalf("%d callers refused after Stop, want 16", refused.Load())
 	}
-	if _, err := seq.Do(context.Background(), "late", 10); !errors.Is(err, revision.ErrStopped) {
+	if _, err := seq.Do(context.Background(), key("late"), 10); !errors.Is(err, revision.ErrStopped) {
 		t.Fatalf("Do after Stop: %v, want ErrStopped", err)
 	}
 }
 
-// gated applies a request (a key) like recorder, but a request named
-// "hold" first reports that it is being applied and waits for release:
-// it holds the lead while the test queues requests behind it.
-type gated struct {
-	recorder
+// gate holds a request named "hold" (held) once it is being applied: it
+// reports that, and waits for release, holding the lead while the test
+// queues requests behind it.
+type gate struct {
 	holding, release chan struct{}
 }
 
-func (g gated) Apply(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID, req any) (any, bool, error, error) {
-	if req.(string) == "hold" {
-		select {
-		case g.holding <- struct{}{}:
-		default: // a retry: the test knows already
-		}
-		<-g.release
+type held struct {
+	key
+	g gate
+}
+
+func (h held) Apply(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID) (int64, bool, error, error) {
+	select {
+	case h.g.holding <- struct{}{}:
+	default: // a retry: the test knows already
 	}
-	return g.recorder.Apply(tx, env, rev, id, req)
+	<-h.g.release
+	return h.key.Apply(tx, env, rev, id)
 }
 
 // awaitQueued waits until n requests are queued behind the lead.
-func awaitQueued(t *testing.T, seq *revision.Sequencer, n int) {
+func awaitQueued(t *testing.T, seq *revision.Sequencer[int64], n int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for seq.Queued() != n {
@@ -183,22 +187,22 @@ func awaitQueued(t *testing.T, seq *revision.Sequencer, n int) {
 // applied; the request queued behind it still commits.
 func TestCanceledWhileQueuedLeaves(t *testing.T) {
 	db := openDB(t)
-	g := gated{holding: make(chan struct{}, 1), release: make(chan struct{})}
-	seq := revision.New(db, g, revision.Config{})
+	g := gate{holding: make(chan struct{}, 1), release: make(chan struct{})}
+	seq := revision.New[int64](db, recorder{}, revision.Config{})
 	defer seq.Stop()
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(g.release) }) }
 	defer release() // before Stop, which waits for the held batch
-	held := make(chan error, 1)
-	go func() { _, err := seq.Do(context.Background(), "hold", 10); held <- err }()
+	heldErr := make(chan error, 1)
+	go func() { _, err := seq.Do(context.Background(), held{key("hold"), g}, 10); heldErr <- err }()
 	<-g.holding
 	ctx, cancel := context.WithCancel(context.Background())
 	canceled := make(chan error, 1)
-	go func() { _, err := seq.Do(ctx, "canceled", 10); canceled <- err }()
+	go func() { _, err := seq.Do(ctx, key("canceled"), 10); canceled <- err }()
 	awaitQueued(t, seq, 1)
-	after := make(chan any, 1)
+	after := make(chan int64, 1)
 	go func() {
-		r, err := seq.Do(context.Background(), "after", 10)
+		r, err := seq.Do(context.Background(), key("after"), 10)
 		if err != nil {
 			t.Error(err)
 		}
@@ -215,10 +219,10 @@ func TestCanceledWhileQueuedLeaves(t *testing.T) {
 		t.Fatal("a canceled request stays queued while the batch ahead of it commits")
 	}
 	release()
-	if err := <-held; err != nil {
+	if err := <-heldErr; err != nil {
 		t.Fatal(err)
 	}
-	if r := <-after; r != int64(3) {
+	if r := <-after; r != 3 {
 		t.Fatalf("the request after the canceled one took revision %v, want 3", r)
 	}
 	err := db.View(context.Background(), func(tx storage.ReadTx) error {
@@ -237,7 +241,7 @@ func TestCanceledWhileQueuedLeaves(t *testing.T) {
 // all get an answer, the lead is never lost, and the requests that were
 // applied took dense revisions.
 func TestCancellationsKeepTheQueueMoving(t *testing.T) {
-	seq := revision.New(openDB(t), recorder{}, revision.Config{})
+	seq := revision.New[int64](openDB(t), recorder{}, revision.Config{})
 	defer seq.Stop()
 	const callers, each = 16, 200
 	revs := make(chan int64, callers*each)
@@ -251,11 +255,11 @@ func TestCancellationsKeepTheQueueMoving(t *testing.T) {
 				if i%3 == 0 {
 					go cancel()
 				}
-				resp, err := seq.Do(ctx, fmt.Sprintf("c/%d/%d", c, i), 10)
+				resp, err := seq.Do(ctx, key(fmt.Sprintf("c/%d/%d", c, i)), 10)
 				cancel()
 				switch {
 				case err == nil:
-					revs <- resp.(int64)
+					revs <- resp
 				case !errors.Is(err, context.Canceled):
 					t.Error(err)
 					return
@@ -274,7 +278,7 @@ func TestCancellationsKeepTheQueueMoving(t *testing.T) {
 			t.Fatalf("revision %d missing among %d answered requests", r, len(seen))
 		}
 	}
-	if r, err := seq.Do(context.Background(), "last", 10); err != nil || r.(int64) != 2+int64(len(seen)) {
+	if r, err := seq.Do(context.Background(), key("last"), 10); err != nil || r != 2+int64(len(seen)) {
 		t.Fatalf("after the cancellations: revision %v, %v; want %d", r, err, 2+len(seen))
 	}
 }

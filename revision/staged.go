@@ -42,20 +42,25 @@ import (
 // reservation is still pending in its epoch, so no staged write lands after
 // it was published or taken over.
 
+// Stageable is a Request that can be staged: its Apply may answer ErrStage.
+type Stageable interface {
+	// Reserve validates the request against the store at rev, inside the
+	// reservation transaction, and encodes it so that any process can
+	// finish it from the encoding alone (Stager.Stage). reqErr fails the
+	// request, and nothing is reserved.
+	Reserve(tx storage.ReadTx, env Env, rev int64) (encoded []byte, reqErr, err error)
+}
+
 // Stager is an Applier that can also write a request in several
 // transactions.
-type Stager interface {
-	// Reserve validates req against the store at rev, inside the
-	// reservation transaction, and encodes it so that any process can
-	// finish it from the encoding alone. reqErr fails the request, and
-	// nothing is reserved.
-	Reserve(tx storage.ReadTx, env Env, rev int64, req any) (encoded []byte, reqErr, err error)
+type Stager[Resp any] interface {
+	Applier
 	// Stage writes the mutations of r at revision r.Base+1 in transactions
 	// of its own, each of which calls r.Check first. It may run any number
 	// of times, also concurrently and after a crash, and writes the same
 	// bytes every time. With respond it also builds the response. wrote
 	// reports whether the request takes revision r.Base+1.
-	Stage(ctx context.Context, r Reservation, respond bool) (resp any, wrote bool, err error)
+	Stage(ctx context.Context, r Reservation, respond bool) (resp Resp, wrote bool, err error)
 	// Publish adds to the publishing transaction the writes that must
 	// appear together with the new head.
 	Publish(tx storage.Tx, r Reservation, wrote bool) error
@@ -133,20 +138,21 @@ func decodeReservation(v []byte) (Reservation, error) {
 
 // commitStaged writes one request through reserve, stage and publish, and
 // answers it; it returns 1, the requests it answered.
-func (s *Sequencer) commitStaged(p *pending) int {
-	one := []*pending{p}
-	st, ok := s.app.(Stager)
-	if !ok {
+func (s *Sequencer[Resp]) commitStaged(p *pending[Resp]) int {
+	one := []*pending[Resp]{p}
+	st, ok := s.app.(Stager[Resp])
+	req, stageable := p.req.(Stageable)
+	if !ok || !stageable {
 		return failAll(one, 1, ErrTooLarge)
 	}
 	s.seq++
 	id := RequestID{Writer: s.writer, Seq: s.seq}
-	res, reqErr, err := s.reserve(st, id, p.req)
+	res, reqErr, err := s.reserve(st, id, req)
 	switch {
 	case err != nil:
 		return failAll(one, 1, s.classify(err))
 	case reqErr != nil:
-		return answer(one, []result{{err: reqErr}})
+		return answer(one, []result[Resp]{{err: reqErr}})
 	}
 	resp, wrote, err := s.stage(context.Background(), st, res, true)
 	if err == nil {
@@ -157,7 +163,7 @@ func (s *Sequencer) commitStaged(p *pending) int {
 		// build its answer: its outcome is, to this caller, unknown.
 		return failAll(one, 1, fmt.Errorf("%w: staged write: %w", ErrTimeout, err))
 	}
-	return answer(one, []result{{resp: resp}})
+	return answer(one, []result[Resp]{{resp: resp}})
 }
 
 // errPublished: a reservation attempt found its request already published
@@ -166,7 +172,7 @@ var errPublished = errors.New("revision: staged request published by another wri
 
 // reserve commits the reservation of req, waiting for any other staged
 // write to be published first.
-func (s *Sequencer) reserve(st Stager, id RequestID, req any) (Reservation, error, error) {
+func (s *Sequencer[Resp]) reserve(st Stager[Resp], id RequestID, req Stageable) (Reservation, error, error) {
 	for {
 		var res Reservation
 		var reqErr error
@@ -189,7 +195,7 @@ func (s *Sequencer) reserve(st Stager, id RequestID, req any) (Reservation, erro
 }
 
 // reserveTx is one attempt of reserve.
-func (s *Sequencer) reserveTx(tx storage.Tx, st Stager, id RequestID, req any) (Reservation, error, error) {
+func (s *Sequencer[Resp]) reserveTx(tx storage.Tx, st Stager[Resp], id RequestID, req Stageable) (Reservation, error, error) {
 	vals, err := tx.GetMany([][]byte{keyspace.Batch(id.Writer, id.Seq), keyspace.Head, keyspace.Pending})
 	if err != nil {
 		return Reservation{}, nil, err
@@ -217,7 +223,7 @@ func (s *Sequencer) reserveTx(tx storage.Tx, st Stager, id RequestID, req any) (
 	if err != nil {
 		return Reservation{}, nil, err
 	}
-	enc, reqErr, err := st.Reserve(tx, env, head.Rev, req)
+	enc, reqErr, err := req.Reserve(tx, env, head.Rev)
 	if err != nil || reqErr != nil {
 		return Reservation{}, reqErr, err
 	}
@@ -230,7 +236,7 @@ func (s *Sequencer) reserveTx(tx storage.Tx, st Stager, id RequestID, req any) (
 }
 
 // stage runs the Stager while showing progress on PendingBeat.
-func (s *Sequencer) stage(ctx context.Context, st Stager, res Reservation, respond bool) (any, bool, error) {
+func (s *Sequencer[Resp]) stage(ctx context.Context, st Stager[Resp], res Reservation, respond bool) (Resp, bool, error) {
 	beatCtx, stopBeat := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -246,7 +252,7 @@ func (s *Sequencer) stage(ctx context.Context, st Stager, res Reservation, respo
 
 // beat bumps PendingBeat every BeatInterval while res is pending and ctx
 // lasts, so that waiters know the staging is alive.
-func (s *Sequencer) beat(ctx context.Context, res Reservation) {
+func (s *Sequencer[Resp]) beat(ctx context.Context, res Reservation) {
 	for {
 		err := s.db.Update(ctx, func(tx storage.Tx) error {
 			vals, err := tx.GetMany([][]byte{keyspace.Pending, keyspace.PendingBeat})
@@ -287,7 +293,7 @@ func (s *Sequencer) beat(ctx context.Context, res Reservation) {
 // it wrote, the batch marker records it for its writer's retries, and
 // Pending goes. own says the publisher is the request's own writer, which
 // also clears its marker leaving the window.
-func (s *Sequencer) publish(st Stager, res Reservation, wrote, own bool) error {
+func (s *Sequencer[Resp]) publish(st Stager[Resp], res Reservation, wrote, own bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CommitTimeout)
 	defer cancel()
 	err := s.db.Update(ctx, func(tx storage.Tx) error {

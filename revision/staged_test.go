@@ -28,16 +28,18 @@ const stageAbove = 300
 
 func (counter) Begin(storage.ReadTx) (revision.Env, error) { return revision.Env{}, nil }
 
-func (c counter) Apply(tx storage.Tx, _ *revision.Env, rev int64, _ revision.RequestID, req any) (any, bool, error, error) {
-	n := req.(int)
+// count is counter's request: n keys.
+type count int
+
+func (n count) Apply(tx storage.Tx, _ *revision.Env, rev int64, _ revision.RequestID) (int64, bool, error, error) {
 	if n > stageAbove {
-		return nil, false, revision.ErrStage, nil
+		return 0, false, revision.ErrStage, nil
 	}
-	writeCounted(tx, rev+1, 0, n)
+	writeCounted(tx, rev+1, 0, int(n))
 	return rev + 1, true, nil, nil
 }
 
-func (counter) Replay(_ storage.ReadTx, _ *revision.Env, rev int64, _ revision.RequestID, _ any) (any, bool, error, error) {
+func (count) Replay(_ storage.ReadTx, _ *revision.Env, rev int64, _ revision.RequestID) (int64, bool, error, error) {
 	return rev + 1, true, nil, nil
 }
 
@@ -50,11 +52,11 @@ func writeCounted(tx storage.Tx, rev int64, from, to int) {
 	}
 }
 
-func (counter) Reserve(_ storage.ReadTx, _ revision.Env, _ int64, req any) ([]byte, error, error) {
-	return binary.BigEndian.AppendUint64(nil, uint64(req.(int))), nil, nil
+func (n count) Reserve(storage.ReadTx, revision.Env, int64) ([]byte, error, error) {
+	return binary.BigEndian.AppendUint64(nil, uint64(n)), nil, nil
 }
 
-func (c counter) Stage(ctx context.Context, r revision.Reservation, _ bool) (any, bool, error) {
+func (c counter) Stage(ctx context.Context, r revision.Reservation, _ bool) (int64, bool, error) {
 	n := int(binary.BigEndian.Uint64(r.Req))
 	for chunk := 0; chunk*100 < n; chunk++ {
 		err := c.db.Update(ctx, func(tx storage.Tx) error {
@@ -65,7 +67,7 @@ func (c counter) Stage(ctx context.Context, r revision.Reservation, _ bool) (any
 			return nil
 		})
 		if err != nil {
-			return nil, false, err
+			return 0, false, err
 		}
 		if c.chunkDone != nil {
 			c.chunkDone(chunk)
@@ -117,7 +119,7 @@ func countedAt(t *testing.T, db storage.DB, rev int64) int {
 func TestStagedRequest(t *testing.T) {
 	raw := openDB(t)
 	db := faulty.Wrap(raw, faulty.Options{Seed: 3, CommitUnknownProbability: 1, RetryProbability: 0.2})
-	var other *revision.Sequencer
+	var other *revision.Sequencer[int64]
 	otherDone := make(chan error, 1)
 	otherRev := make(chan int64, 1)
 	c := counter{db: db}
@@ -129,19 +131,19 @@ func TestStagedRequest(t *testing.T) {
 			t.Errorf("head %d while staging, want 1", h)
 		}
 		go func() { // another writer, while the reservation is pending
-			r, err := other.Do(context.Background(), 5, 5)
+			r, err := other.Do(context.Background(), count(5), 5)
 			if err == nil {
-				otherRev <- r.(int64)
+				otherRev <- r
 			}
 			otherDone <- err
 		}()
 	}
-	seq := revision.New(db, c, revision.Config{BeatTimeout: time.Minute})
+	seq := revision.New[int64](db, c, revision.Config{BeatTimeout: time.Minute})
 	defer seq.Stop()
-	other = revision.New(db, counter{db: db}, revision.Config{BeatTimeout: time.Minute})
+	other = revision.New[int64](db, counter{db: db}, revision.Config{BeatTimeout: time.Minute})
 	defer other.Stop()
-	r, err := seq.Do(context.Background(), 1000, 10)
-	if err != nil || r.(int64) != 2 {
+	r, err := seq.Do(context.Background(), count(1000), 10)
+	if err != nil || r != 2 {
 		t.Fatalf("staged request: revision %v, %v; want 2", r, err)
 	}
 	if err := <-otherDone; err != nil {
@@ -199,9 +201,9 @@ func TestStagedRequestTakenOver(t *testing.T) {
 			dying.cut.Store(true)
 		}
 	}
-	a := revision.New(dying, c, revision.Config{})
+	a := revision.New[int64](dying, c, revision.Config{})
 	defer a.Stop()
-	if _, err := a.Do(context.Background(), 1000, 10); !errors.Is(err, revision.ErrTimeout) {
+	if _, err := a.Do(context.Background(), count(1000), 10); !errors.Is(err, revision.ErrTimeout) {
 		t.Fatalf("cut-off staged request: %v, want ErrTimeout", err)
 	}
 	if h, n := headOf(t, raw), countedAt(t, raw, 2); h != 1 || n != 400 {
@@ -215,12 +217,12 @@ func TestStagedRequestTakenOver(t *testing.T) {
 	errs := make(chan error, 2)
 	for i := range 2 {
 		db := faulty.Wrap(raw, faulty.Options{Seed: int64(i), CommitUnknownProbability: 1})
-		w := revision.New(db, counter{db: db}, cfg)
+		w := revision.New[int64](db, counter{db: db}, cfg)
 		defer w.Stop()
 		go func() {
-			r, err := w.Do(context.Background(), 5, 5)
+			r, err := w.Do(context.Background(), count(5), 5)
 			if err == nil {
-				revs <- r.(int64)
+				revs <- r
 			}
 			errs <- err
 		}()
@@ -245,14 +247,14 @@ func TestStagedRequestTakenOver(t *testing.T) {
 // once the batch in flight is decided.
 func TestSettle(t *testing.T) {
 	gate := make(chan struct{})
-	seq := revision.New(openDB(t), sized{gate: gate}, revision.Config{})
+	seq := revision.New[int64](openDB(t), sized{gate: gate}, revision.Config{})
 	defer seq.Stop()
 	if err := seq.Settle(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() {
-		_, _ = seq.Do(context.Background(), 0, 1)
+		_, _ = seq.Do(context.Background(), sized{gate: gate}, 1)
 		close(done)
 	}()
 	// Once the batch is in flight (at the gate), Settle waits for it:
@@ -306,18 +308,18 @@ func TestCanceledWhileAwaitingStagedWrite(t *testing.T) {
 			<-release
 		}
 	}}
-	seq := revision.New(raw, c, revision.Config{BeatTimeout: time.Minute})
+	seq := revision.New[int64](raw, c, revision.Config{BeatTimeout: time.Minute})
 	defer seq.Stop()
 	defer releaseOnce.Do(func() { close(release) }) // before Stop, which waits for the staging
 	staged := make(chan error, 1)
-	go func() { _, err := seq.Do(context.Background(), 1000, 10); staged <- err }()
+	go func() { _, err := seq.Do(context.Background(), count(1000), 10); staged <- err }()
 	<-staging
 	db := &waitSignal{DB: raw, waiting: make(chan struct{}, 1)}
-	other := revision.New(db, counter{db: db}, revision.Config{BeatTimeout: time.Minute})
+	other := revision.New[int64](db, counter{db: db}, revision.Config{BeatTimeout: time.Minute})
 	defer other.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	canceled := make(chan error, 1)
-	go func() { _, err := other.Do(ctx, 5, 5); canceled <- err }()
+	go func() { _, err := other.Do(ctx, count(5), 5); canceled <- err }()
 	<-db.waiting
 	cancel()
 	select {
@@ -332,7 +334,7 @@ func TestCanceledWhileAwaitingStagedWrite(t *testing.T) {
 	if err := <-staged; err != nil {
 		t.Fatal(err)
 	}
-	if r, err := other.Do(context.Background(), 6, 6); err != nil || r.(int64) != 3 {
+	if r, err := other.Do(context.Background(), count(6), 6); err != nil || r != 3 {
 		t.Fatalf("next request: revision %v, %v; want 3", r, err)
 	}
 	if h, n := headOf(t, raw), countedAt(t, raw, 3); h != 3 || n != 6 {

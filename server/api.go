@@ -9,7 +9,6 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	"go.uber.org/zap"
 
-	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/server/alarm"
 	"github.com/fdb-etcd/fdb-etcd/server/cluster"
 	"github.com/fdb-etcd/fdb-etcd/server/header"
@@ -17,6 +16,7 @@ import (
 	leasesvc "github.com/fdb-etcd/fdb-etcd/server/lease"
 	"github.com/fdb-etcd/fdb-etcd/server/maintenance"
 	"github.com/fdb-etcd/fdb-etcd/server/quota"
+	"github.com/fdb-etcd/fdb-etcd/snapshot"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
@@ -54,7 +54,7 @@ func (s *Server) registerAPI(ctx context.Context, kvStore kv.Store, lessor lease
 		Alarms: alarms,
 		Quota:  q,
 		Sizer:  sizer,
-		Snapshotter: s.store.Snapshotter(mvcc.SnapshotConfig{MemberID: s.hdr.MemberID, MemberName: s.cfg.Name,
+		Snapshotter: snapshot.New(s.store, snapshot.Config{MemberID: s.hdr.MemberID, MemberName: s.cfg.Name,
 			ClientURLs: urlStrings(s.cfg.AdvertiseClientURLs), Term: header.RaftTerm, LeaseTTL: s.lessor.SnapshotTTL}),
 	}
 	if d, ok := s.db.(maintenance.Defragmenter); ok {

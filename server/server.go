@@ -333,12 +333,6 @@ func (s *Server) startWatch() error {
 // Watch exposes the Watch service, for tests and tools in this module.
 func (s *Server) Watch() *watch.Server { return s.watch }
 
-// Store exposes the data model, for tests and tools in this module.
-func (s *Server) Store() *mvcc.Store { return s.store }
-
-// Lessor exposes the lessor, for tests and tools in this module.
-func (s *Server) Lessor() *lease.Lessor { return s.lessor }
-
 // Header returns the identity stamped on responses.
 func (s *Server) Header() header.Filler { return s.hdr }
 

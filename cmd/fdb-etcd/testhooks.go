@@ -1,15 +1,20 @@
+//go:build fdbetcd_testhooks
+
 package main
 
-// Test-only hooks for the robustness suite (test/robustness). None of them is
-// meant for production; each flag says so in its usage, and all are off by
-// default.
+// Test-only hooks for the robustness suite (test/robustness), compiled only
+// with the fdbetcd_testhooks build tag, the way etcd keeps its failpoints out
+// of release builds: a release binary has neither the flags nor the
+// subcommand (testhooks_release.go). Each flag says so in its usage, and all
+// are off by default.
 //
 //	--experimental-storage-faults=retry=0.1,unknown=0.1,tooold=0.01,agejump=2s,seed=1
 //	    wraps the backend in storage/faulty: conflicts that force a retry
 //	    (retry), commits reported as commit_unknown_result (unknown), reads
 //	    failing with transaction_too_old (tooold), and a clock that jumps 6 s
 //	    forward every agejump so that every transaction in flight outlives
-//	    FoundationDB's 5 s limit. The counts injected are logged every second.
+//	    FoundationDB's 5 s limit. The counts injected are logged every second
+//	    until the store is closed.
 //	--experimental-persisted-journal
 //	    keeps mvcc.Journal, a copy of every persisted request that compaction
 //	    never removes; `fdb-etcd experimental-export-persisted --data-dir D`
@@ -82,6 +87,15 @@ func parseFaults(s string) (faulty.Options, time.Duration, error) {
 	return o, jump, nil
 }
 
+// testSubcommand returns the test-only subcommand called name, nil if there
+// is none.
+func testSubcommand(name string) func(args []string, out io.Writer) error {
+	if name == "experimental-export-persisted" {
+		return exportPersisted
+	}
+	return nil
+}
+
 // wrap applies the hooks to a freshly opened backend: the journal innermost
 // (so it records exactly what commits), the faults around it.
 func (h *testHooks) wrap(db storage.DB, lg *zap.Logger) (storage.DB, error) {
@@ -97,36 +111,67 @@ func (h *testHooks) wrap(db storage.DB, lg *zap.Logger) (storage.DB, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	var mu sync.Mutex
-	var skew time.Duration
-	o.Now = func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return time.Now().Add(skew)
-	}
-	f := faulty.Wrap(db, o)
+	f := &faultsDB{done: make(chan struct{}), stopped: make(chan struct{})}
+	o.Now = f.now
+	f.DB = faulty.Wrap(db, o)
 	lg.Warn("TEST ONLY: injecting storage faults", zap.Float64("retry", o.RetryProbability),
 		zap.Float64("unknown", o.CommitUnknownProbability), zap.Float64("too-old", o.TooOldProbability),
 		zap.Duration("age-jump", jump), zap.Int64("seed", o.Seed))
-	go func() {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		var jumps int64
-		last := time.Now()
-		for range tick.C {
-			if jump > 0 && time.Since(last) >= jump {
-				mu.Lock()
-				skew += storage.MaxTransactionAge + time.Second
-				mu.Unlock()
-				jumps++
-				last = time.Now()
-			}
-			lg.Warn("storage faults injected", zap.Int64("retries", f.Stats.Retries.Load()),
-				zap.Int64("unknowns", f.Stats.Unknowns.Load()), zap.Int64("too-old", f.Stats.TooOld.Load()),
-				zap.Int64("limit-errors", f.Stats.LimitErrors.Load()), zap.Int64("age-jumps", jumps))
-		}
-	}()
+	go f.report(lg, jump)
 	return f, nil
+}
+
+// faultsDB is the fault-injecting store with its reporter: the goroutine
+// that logs the counts and moves the clock runs until Close.
+type faultsDB struct {
+	*faulty.DB
+	done    chan struct{} // closed by Close: the reporter stops
+	stopped chan struct{} // closed by the reporter on its way out
+	once    sync.Once
+
+	mu   sync.Mutex
+	skew time.Duration // guarded by mu: how far the faulty clock is ahead
+}
+
+func (f *faultsDB) now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return time.Now().Add(f.skew)
+}
+
+// report logs the faults injected every second and, every jump, moves the
+// store's clock past FoundationDB's transaction age limit.
+func (f *faultsDB) report(lg *zap.Logger, jump time.Duration) {
+	defer close(f.stopped)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var jumps int64
+	last := time.Now()
+	for {
+		select {
+		case <-f.done:
+			return
+		case <-tick.C:
+		}
+		if jump > 0 && time.Since(last) >= jump {
+			f.mu.Lock()
+			f.skew += storage.MaxTransactionAge + time.Second
+			f.mu.Unlock()
+			jumps++
+			last = time.Now()
+		}
+		st := &f.DB.Stats
+		lg.Warn("storage faults injected", zap.Int64("retries", st.Retries.Load()),
+			zap.Int64("unknowns", st.Unknowns.Load()), zap.Int64("too-old", st.TooOld.Load()),
+			zap.Int64("limit-errors", st.LimitErrors.Load()), zap.Int64("age-jumps", jumps))
+	}
+}
+
+// Close stops the reporter, then closes the store.
+func (f *faultsDB) Close() error {
+	f.once.Do(func() { close(f.done) })
+	<-f.stopped
+	return f.DB.Close()
 }
 
 // exportPersisted is `fdb-etcd experimental-export-persisted`: it opens the

@@ -1,8 +1,15 @@
+//go:build fdbetcd_testhooks
+
 package main
 
 import (
+	"runtime"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
 )
 
 func TestParseFaults(t *testing.T) {
@@ -24,5 +31,31 @@ func TestParseFaults(t *testing.T) {
 	}
 	if c.test.faults != "retry=0.5" || !c.test.journal {
 		t.Fatalf("test hooks %+v", c.test)
+	}
+}
+
+// TestFaultsReporterStopsOnClose: the goroutine that logs injected faults
+// and moves the faulty clock ends when the store is closed.
+func TestFaultsReporterStopsOnClose(t *testing.T) {
+	before := runtime.NumGoroutine()
+	db, err := pebble.Open(t.TempDir(), pebble.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := testHooks{faults: "retry=0.1,agejump=1s"}
+	wrapped, err := h.wrap(db, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wrapped.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, not ordering events
 	}
 }

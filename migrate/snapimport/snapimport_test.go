@@ -22,6 +22,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/migrate/snapimport"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/snapshot"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/faulty"
 )
@@ -101,7 +102,7 @@ func sourceStore(t *testing.T, seed uint64) *mvcc.Store {
 // snapshotFile writes s's snapshot (etcd's layout) and etcd's SHA-256 after it.
 func snapshotFile(t *testing.T, s *mvcc.Store) string {
 	t.Helper()
-	snap, err := s.OpenSnapshot(context.Background(), mvcc.SnapshotConfig{
+	snap, err := snapshot.Open(context.Background(), s, snapshot.Config{
 		Dir:      t.TempDir(),
 		LeaseTTL: func([]byte) (int64, int64, error) { return 60, 30, nil },
 	})

@@ -7,6 +7,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -68,7 +69,7 @@ func (s *Server) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*
 
 // MemberPromote: every member votes; etcd answers so for a voting member.
 func (s *Server) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
-	if err := s.unknownOrNotCapable(ctx, r.ID); err != rpctypes.ErrGRPCNotCapable {
+	if err := s.unknownOrNotCapable(ctx, r.ID); !errors.Is(err, rpctypes.ErrGRPCNotCapable) {
 		return nil, err
 	}
 	return nil, rpctypes.ErrGRPCMemberNotLearner

@@ -2,6 +2,7 @@ package kv_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -85,7 +86,7 @@ func TestRevisionsFollowEtcd(t *testing.T) {
 	if g.Kvs[0].Version != 1 || g.Kvs[0].CreateRevision != 5 {
 		t.Fatalf("recreated: %+v", g.Kvs[0])
 	}
-	if _, err := c.Get(ctx, "a", clientv3.WithRev(100)); err != rpctypes.ErrFutureRev {
+	if _, err := c.Get(ctx, "a", clientv3.WithRev(100)); !errors.Is(err, rpctypes.ErrFutureRev) {
 		t.Fatalf("future rev: %v", err)
 	}
 }
@@ -235,13 +236,13 @@ func TestCompact(t *testing.T) {
 	if _, err := c.Compact(ctx, 12, clientv3.WithCompactPhysical()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Get(ctx, "k", clientv3.WithRev(11)); err != rpctypes.ErrCompacted {
+	if _, err := c.Get(ctx, "k", clientv3.WithRev(11)); !errors.Is(err, rpctypes.ErrCompacted) {
 		t.Fatalf("read below compaction: %v", err)
 	}
-	if _, err := c.Compact(ctx, 12); err != rpctypes.ErrCompacted {
+	if _, err := c.Compact(ctx, 12); !errors.Is(err, rpctypes.ErrCompacted) {
 		t.Fatalf("compact again: %v", err)
 	}
-	if _, err := c.Compact(ctx, 100); err != rpctypes.ErrFutureRev {
+	if _, err := c.Compact(ctx, 100); !errors.Is(err, rpctypes.ErrFutureRev) {
 		t.Fatalf("compact future: %v", err)
 	}
 	if _, err := c.Compact(ctx, 13, clientv3.WithCompactPhysical()); err != nil {

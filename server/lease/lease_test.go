@@ -150,9 +150,8 @@ func TestLeaseAPI(t *testing.T) {
 	if gr, _ := c.Get(ctx, "k", clientv3.WithPrefix()); len(gr.Kvs) != 0 {
 		t.Fatalf("keys left after revoke: %v", gr.Kvs)
 	}
-	evs, _, err := s.Store().ReadEvents(ctx, 5, 10)
-	if err != nil || len(evs) != 1 || len(evs[0].Events) != 2 {
-		t.Fatalf("revoke events = %v, %v", evs, err)
+	if evs := revisionEvents(t, c, 5); len(evs) != 1 || len(evs[5]) != 2 {
+		t.Fatalf("revoke events = %v", evs)
 	}
 	if _, err := c.Revoke(ctx, g.ID); !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		t.Fatalf("second revoke: %v", err)
@@ -223,11 +222,11 @@ func TestExpiryOverGRPC(t *testing.T) {
 	if err != nil || len(r.Kvs) != 0 || r.Header.Revision != 5 {
 		t.Fatalf("after expiry: %v %v", r, err)
 	}
-	evs, _, err := s.Store().ReadEvents(ctx, 5, 10)
-	if err != nil || len(evs) != 1 {
-		t.Fatalf("events = %v, %v", evs, err)
+	evs := revisionEvents(t, c, 5)
+	if len(evs) != 1 {
+		t.Fatalf("events = %v", evs)
 	}
-	for i, ev := range evs[0].Events {
+	for i, ev := range evs[5] {
 		if ev.Type != mvccpb.DELETE || string(ev.Kv.Key) != fmt.Sprintf("e%d", i) || ev.PrevKv == nil || ev.PrevKv.Lease != int64(g.ID) {
 			t.Fatalf("event %d = %v", i, ev)
 		}
@@ -289,12 +288,10 @@ func TestTwoServersOneStore(t *testing.T) {
 	if count(a, "kept/") != 5 || count(b, "lapsed/") != 0 {
 		t.Fatalf("wrong lease expired: kept %d lapsed %d", count(a, "kept/"), count(b, "lapsed/"))
 	}
-	evs, _, err := a.Store().ReadEvents(ctx, 12, 100)
-	if err != nil || len(evs) != 1 || len(evs[0].Events) != 5 {
-		t.Fatalf("expiry revisions = %v, %v", evs, err)
+	if evs := revisionEvents(t, a.Client, 12); len(evs) != 1 || len(evs[12]) != 5 {
+		t.Fatalf("expiry revisions = %v", evs)
 	}
-	ownA, _ := a.Lessor().Owner()
-	ownB, _ := b.Lessor().Owner()
+	ownA, ownB := expiryOwner(t, a), expiryOwner(t, b)
 	if ownA == ownB {
 		t.Fatalf("owners: a %t b %t", ownA, ownB)
 	}
@@ -355,4 +352,49 @@ func TestKeepAlivePastDeadlineOverGRPC(t *testing.T) {
 	if r, err := b.Client.Get(ctx, "held"); err != nil || len(r.Kvs) != 0 {
 		t.Fatalf("the expired lease's key: %v, %v", r, err)
 	}
+}
+
+// revisionEvents reads, through a watch from revision from, the events of
+// every revision from there to the current one, by revision, with their
+// previous values.
+func revisionEvents(t *testing.T, c *clientv3.Client, from int64) map[int64][]*clientv3.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tctx(t), 30*time.Second)
+	defer cancel()
+	head, err := c.Get(ctx, "\x00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int64][]*clientv3.Event{}
+	if head.Header.Revision < from {
+		return out
+	}
+	w := c.Watch(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithRev(from), clientv3.WithPrevKV())
+	for last := int64(0); last < head.Header.Revision; {
+		resp, ok := <-w
+		if !ok || resp.Err() != nil {
+			t.Fatalf("watch from %d ended at %d: %v", from, last, resp.Err())
+		}
+		for _, ev := range resp.Events {
+			last = ev.Kv.ModRevision
+			out[last] = append(out[last], ev)
+		}
+	}
+	return out
+}
+
+// expiryOwner reports whether s owns lease expiry, as its metrics say.
+func expiryOwner(t *testing.T, s *testserver.Server) bool {
+	t.Helper()
+	mfs, err := s.Metrics().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "fdb_etcd_lease_expiry_owner" {
+			return mf.GetMetric()[0].GetGauge().GetValue() == 1
+		}
+	}
+	t.Fatal("no fdb_etcd_lease_expiry_owner metric")
+	return false
 }

@@ -3,6 +3,7 @@ package storagetest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"sync"
@@ -124,7 +125,7 @@ func (d *memDB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 	}
 }
 
-func errorsIsClosed(err error) bool { return err == storage.ErrClosed }
+func errorsIsClosed(err error) bool { return errors.Is(err, storage.ErrClosed) }
 
 func (d *memDB) updateOnce(fn func(storage.Tx) error) error {
 	if !d.m.noSerialize {

@@ -54,7 +54,7 @@ func fdbUnavailable() string {
 			return
 		}
 		fdbBin.path = filepath.Join(binDir, "fdb-etcd-fdb")
-		build := exec.Command("go", "build", "-tags", "fdb", "-o", fdbBin.path, "./cmd/fdb-etcd")
+		build := exec.Command("go", "build", "-tags", "fdb,fdbetcd_testhooks", "-o", fdbBin.path, "./cmd/fdb-etcd")
 		build.Dir = "../.."
 		build.Env = append(os.Environ(), "CGO_ENABLED=1")
 		if out, err := build.CombinedOutput(); err != nil {

@@ -19,7 +19,8 @@ import (
 )
 
 // binary is the fdb-etcd under test: ROBUSTNESS_BINARY, or built by TestMain
-// from ../../cmd/fdb-etcd. binDir is where TestMain builds binaries (the
+// from ../../cmd/fdb-etcd with the test hooks (-tags fdbetcd_testhooks: the
+// persisted-request journal and storage faults). binDir is where TestMain builds binaries (the
 // FoundationDB scenarios build theirs there too, on first use).
 var binary, binDir string
 
@@ -40,7 +41,7 @@ func testMain(m *testing.M) int {
 		return m.Run()
 	}
 	binary = filepath.Join(dir, "fdb-etcd")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/fdb-etcd")
+	build := exec.Command("go", "build", "-tags", "fdbetcd_testhooks", "-o", binary, "./cmd/fdb-etcd")
 	build.Dir = "../.."
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building fdb-etcd: %v\n%s", err, out)

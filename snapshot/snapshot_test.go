@@ -1,4 +1,4 @@
-package mvcc_test
+package snapshot_test
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"sync"
@@ -18,16 +19,18 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/snapshot"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/faulty"
 )
 
 // snapshotCfg reads lease records written by putLease: 8-byte TTL, 8-byte
 // remaining seconds.
-func snapshotCfg(t *testing.T) mvcc.SnapshotConfig {
-	return mvcc.SnapshotConfig{
+func snapshotCfg(t *testing.T) snapshot.Config {
+	return snapshot.Config{
 		MemberID: 0xabc, MemberName: "m", ClientURLs: []string{"http://c"}, Term: 2, Dir: t.TempDir(),
 		LeaseTTL: func(rec []byte) (int64, int64, error) {
 			if len(rec) != 16 {
@@ -58,14 +61,14 @@ type snapDB struct {
 	size int64
 }
 
-func takeSnapshot(t *testing.T, s *mvcc.Store, cfg mvcc.SnapshotConfig) *snapDB {
+func takeSnapshot(t *testing.T, s *mvcc.Store, cfg snapshot.Config) *snapDB {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "snap.db")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := s.OpenSnapshot(context.Background(), cfg)
+	snap, err := snapshot.Open(context.Background(), s, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,9 +214,7 @@ func TestSnapshotMatchesStore(t *testing.T) {
 			if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte("leased"), Value: []byte("v"), Lease: 7}); err != nil {
 				t.Fatal(err)
 			}
-			for _, o := range randomOps(seed, 400) {
-				apply(ctx, s, o)
-			}
+			randomWrites(t, s, seed, 400)
 			cfg := snapshotCfg(t)
 
 			// Whatever the physical compaction has done so far, the snapshot
@@ -321,8 +322,8 @@ func TestSnapshotTombstoneAtCompaction(t *testing.T) {
 		&pb.DeleteRangeRequest{Key: []byte("c")},                       // 11
 		&pb.PutRequest{Key: []byte("d"), Value: make([]byte, 300_000)}, // 12, chunked
 	} {
-		if out := apply(ctx, s, op{r}); bytes.HasPrefix([]byte(out), []byte("error")) {
-			t.Fatal(out)
+		if err := write(ctx, s, r); err != nil {
+			t.Fatal(err)
 		}
 	}
 	sd := takeSnapshot(t, s, snapshotCfg(t))
@@ -403,7 +404,7 @@ func TestSnapshotWhileCompacting(t *testing.T) {
 	// check takes one snapshot and checks its history; false when it gave
 	// up with ErrCompacted.
 	check := func() bool {
-		f, err := s.OpenSnapshot(ctx, snapshotCfg(t))
+		f, err := snapshot.Open(ctx, s, snapshotCfg(t))
 		if errors.Is(err, mvcc.ErrCompacted) {
 			return false
 		}
@@ -458,5 +459,77 @@ func TestSnapshotWhileCompacting(t *testing.T) {
 	wg.Wait()
 	if !check() {
 		t.Fatal("a snapshot after the compactions ended failed with ErrCompacted")
+	}
+}
+
+func openPebble(t *testing.T) storage.DB {
+	t.Helper()
+	return testdb.Open(t)
+}
+
+func openStore(t *testing.T, db storage.DB, cfg mvcc.Config) *mvcc.Store {
+	t.Helper()
+	s, err := mvcc.Open(db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// write sends one write request to s.
+func write(ctx context.Context, s *mvcc.Store, req proto.Message) error {
+	var err error
+	switch r := req.(type) {
+	case *pb.PutRequest:
+		_, err = s.Put(ctx, r)
+	case *pb.DeleteRangeRequest:
+		_, err = s.DeleteRange(ctx, r)
+	case *pb.TxnRequest:
+		_, err = s.Txn(ctx, r)
+	case *pb.CompactionRequest:
+		_, err = s.Compact(ctx, r)
+	default:
+		err = fmt.Errorf("not a write: %T", req)
+	}
+	return err
+}
+
+// randomWrites applies n random puts (some of chunked values), deletes of
+// keys and ranges, Txns and compactions; requests etcd refuses (a
+// compaction below the last one) fail harmlessly.
+func randomWrites(t *testing.T, s *mvcc.Store, seed int64, n int) {
+	t.Helper()
+	ctx := context.Background()
+	rnd := rand.New(rand.NewSource(seed))
+	keys := []string{"a", "a/1", "a/2", "b", "b/x", "c", "c\x00d", "d\xff", "e"}
+	key := func() []byte { return []byte(keys[rnd.Intn(len(keys))]) }
+	val := func() []byte {
+		if rnd.Intn(20) == 0 {
+			return make([]byte, 150_000+rnd.Intn(200_000)) // chunked value
+		}
+		return []byte(fmt.Sprintf("v%d", rnd.Intn(1000)))
+	}
+	for i := 0; i < n; i++ {
+		var req proto.Message
+		switch k := key(); rnd.Intn(6) {
+		case 0, 1:
+			req = &pb.PutRequest{Key: k, Value: val()}
+		case 2:
+			req = &pb.DeleteRangeRequest{Key: k}
+		case 3:
+			req = &pb.DeleteRangeRequest{Key: k, RangeEnd: append(bytes.Clone(k), 0xff)}
+		case 4:
+			put := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: k, Value: val()}}}
+			del := &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: key()}}}
+			req = &pb.TxnRequest{Success: []*pb.RequestOp{put, del}}
+		default:
+			if i > 10 && rnd.Intn(4) == 0 {
+				req = &pb.CompactionRequest{Revision: int64(rnd.Intn(i))}
+			} else {
+				req = &pb.PutRequest{Key: k, Value: val()}
+			}
+		}
+		_ = write(ctx, s, req)
 	}
 }

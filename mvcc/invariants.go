@@ -1,0 +1,40 @@
+package mvcc
+
+import (
+	"fmt"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+// The checks below run only when invariants is set (race-enabled builds).
+// A violation panics: a reader was handed a revision newer than the header
+// it answers with, so a watcher or a client resuming from that header would
+// see the same change twice or skip one.
+
+// checkEventsAtOrBelow: every revision and event a log read returns is at
+// or below the head it reports.
+func checkEventsAtOrBelow(head int64, revs []RevisionEvents) {
+	for _, r := range revs {
+		if r.Rev > head {
+			panic(fmt.Sprintf("mvcc: revision %d returned with head %d", r.Rev, head))
+		}
+		for _, ev := range r.Events {
+			if ev.Kv != nil && ev.Kv.ModRevision > head {
+				panic(fmt.Sprintf("mvcc: event of %q at revision %d returned with head %d", ev.Kv.Key, ev.Kv.ModRevision, head))
+			}
+		}
+	}
+}
+
+// checkRangeHeader: every key a Range returns was written at or below the
+// response header's revision.
+func checkRangeHeader(resp *pb.RangeResponse) {
+	if resp == nil || resp.Header == nil {
+		return
+	}
+	for _, kv := range resp.Kvs {
+		if kv.ModRevision > resp.Header.Revision {
+			panic(fmt.Sprintf("mvcc: key %q at revision %d returned with header revision %d", kv.Key, kv.ModRevision, resp.Header.Revision))
+		}
+	}
+}
