@@ -14,7 +14,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/server/cluster"
 	"github.com/fdb-etcd/fdb-etcd/server/header"
 	"github.com/fdb-etcd/fdb-etcd/server/kv"
-	leasesvc "github.com/fdb-etcd/fdb-etcd/server/lease"
+	"github.com/fdb-etcd/fdb-etcd/server/leasesvc"
 	"github.com/fdb-etcd/fdb-etcd/server/maintenance"
 	"github.com/fdb-etcd/fdb-etcd/server/quota"
 	"github.com/fdb-etcd/fdb-etcd/storage"

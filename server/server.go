@@ -33,7 +33,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/server/forward"
 	"github.com/fdb-etcd/fdb-etcd/server/header"
 	"github.com/fdb-etcd/fdb-etcd/server/kv"
-	leasesvc "github.com/fdb-etcd/fdb-etcd/server/lease"
+	"github.com/fdb-etcd/fdb-etcd/server/leasesvc"
 	"github.com/fdb-etcd/fdb-etcd/server/quota"
 	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig"
 	"github.com/fdb-etcd/fdb-etcd/server/watch"

@@ -10,7 +10,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/server/kv"
-	leasesvc "github.com/fdb-etcd/fdb-etcd/server/lease"
+	"github.com/fdb-etcd/fdb-etcd/server/leasesvc"
 )
 
 // Alarms is the alarm store the gates consult and raise NOSPACE in.
