@@ -118,7 +118,7 @@ func (s *Server) Stats() metrics.WatchStats {
 	st := s.hub.Stats()
 	return metrics.WatchStats{
 		CommittedRev: st.Head, DispatchedRev: st.Rev,
-		Synced: st.Synced, Unsynced: st.Unsynced, Victims: st.Slow,
+		Synced: st.Synced, Unsynced: st.Unsynced, Lagging: st.Lagging,
 		Streams: st.Streams,
 	}
 }
