@@ -154,7 +154,7 @@ const streamWorkers = 64
 
 // grpcOverheadBytes is etcd's allowance above --max-request-bytes for the
 // gRPC message limit, so oversize requests get etcd's own error rather than
-// gRPC's.
+// gRPC's; fragmenting watchers split their responses at the same sum.
 const grpcOverheadBytes = 512 * 1024
 
 // Server is one fdb-etcd process.
@@ -317,7 +317,7 @@ func (c compactStore) Rev(ctx context.Context) (int64, error) {
 // ends its streams (clients reconnect) before the gRPC server drains.
 func (s *Server) startWatch() error {
 	wc := s.cfg.Watch
-	wc.MaxRequestBytes, wc.Logger, wc.Observer = s.cfg.MaxRequestBytes, s.lg, s.Metrics()
+	wc.MaxMessageBytes, wc.Logger, wc.Observer = s.cfg.MaxRequestBytes+grpcOverheadBytes, s.lg, s.Metrics()
 	ws, err := watch.New(context.Background(), s.store, s.hdr, wc)
 	if err != nil {
 		return err
