@@ -141,8 +141,9 @@ func (c *Config) defaults() {
 	}
 }
 
-// Store is what the lessor needs from the data model.
-type Store interface {
+// Revoker is what the lessor needs from the data model: the database its
+// records live in, and revocation of a lease with its keys in one revision.
+type Revoker interface {
 	DB() storage.DB
 	Revoke(ctx context.Context, r *mvcc.RevokeRequest) (*pb.LeaseRevokeResponse, error)
 }
@@ -152,7 +153,7 @@ type Lessor struct {
 	cfg   Config
 	lg    *zap.Logger
 	clock clock.Clock
-	store Store
+	store Revoker
 	db    storage.DB
 	owner *owner.Elector
 
@@ -177,7 +178,7 @@ type ownState struct {
 
 // New starts a lessor on store that expires leases while own says this
 // process is the owner. Stop it before stopping own and closing the store.
-func New(store Store, own *owner.Elector, cfg Config) *Lessor {
+func New(store Revoker, own *owner.Elector, cfg Config) *Lessor {
 	cfg.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lessor{

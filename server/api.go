@@ -28,7 +28,7 @@ var errCorruptAlarm = errors.New("alarm CORRUPT raised")
 // writes (through kvStore and lessor, see writeRoutes) pass the backend
 // quota and the stored alarms as in etcd, and the member list comes from
 // the registry every replica keeps in the store.
-func (s *Server) registerAPI(ctx context.Context, kvStore kv.Store, lessor leasesvc.Lessor) error {
+func (s *Server) registerAPI(ctx context.Context, kvStore kv.Evaluator, lessor leasesvc.Lessor) error {
 	alarms, err := s.openAlarms(ctx)
 	if err != nil {
 		return err

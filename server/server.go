@@ -273,7 +273,7 @@ func (s *Server) stopOwnership() {
 // writeRoutes returns what the KV and Lease services write through: the
 // store and the lessor themselves, or forwarders that send writes (and
 // revokes, and compactions) to the owner.
-func (s *Server) writeRoutes() (kv.Store, leasesvc.Lessor) {
+func (s *Server) writeRoutes() (kv.Evaluator, leasesvc.Lessor) {
 	if !s.cfg.ForwardWrites {
 		return s.store, s.lessor
 	}
@@ -286,7 +286,7 @@ func (s *Server) writeRoutes() (kv.Store, leasesvc.Lessor) {
 // startAutoCompaction runs --auto-compaction-mode/retention: every replica
 // samples revisions, the owner of writes compacts, through kvStore so that
 // a compaction races no ownership change.
-func (s *Server) startAutoCompaction(kvStore kv.Store) {
+func (s *Server) startAutoCompaction(kvStore kv.Evaluator) {
 	ac := s.cfg.AutoCompaction
 	if !ac.Enabled() {
 		return
@@ -305,7 +305,7 @@ func (s *Server) startAutoCompaction(kvStore kv.Store) {
 // write route.
 type compactStore struct {
 	store *mvcc.Store
-	kv.Store
+	kv.Evaluator
 }
 
 func (c compactStore) Rev(ctx context.Context) (int64, error) {
