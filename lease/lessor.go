@@ -49,6 +49,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/clock"
+	"github.com/fdb-etcd/fdb-etcd/internal/groupcommit"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/owner"
@@ -157,13 +158,12 @@ type Lessor struct {
 	db    storage.DB
 	owner *owner.Elector
 
-	writes     chan *writeReq
-	writerDone chan struct{}
-	stop       chan struct{}
-	ctx        context.Context
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup
-	stopOnce   sync.Once
+	writes   *groupcommit.Queue[*writeReq, writeRes] // grants and renewals
+	stop     chan struct{}
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopOnce sync.Once
 
 	mu  sync.Mutex
 	own ownState // guarded by mu; the run loop alone writes it
@@ -183,12 +183,11 @@ func New(store Revoker, own *owner.Elector, cfg Config) *Lessor {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lessor{
 		cfg: cfg, lg: cfg.Logger, clock: cfg.Clock, store: store, db: store.DB(), owner: own,
-		writes: make(chan *writeReq, cfg.WriteBatch), writerDone: make(chan struct{}),
-		stop: make(chan struct{}),
-		ctx:  ctx, cancel: cancel,
+		writes: groupcommit.New[*writeReq, writeRes](groupcommit.Limits{MaxBatch: cfg.WriteBatch}, ErrStopped),
+		stop:   make(chan struct{}),
+		ctx:    ctx, cancel: cancel,
 	}
-	l.wg.Add(2)
-	go l.writer()
+	l.wg.Add(1)
 	go l.run()
 	return l
 }
@@ -199,6 +198,7 @@ func (l *Lessor) Stop() {
 	l.stopOnce.Do(func() {
 		close(l.stop)
 		l.cancel()
+		l.writes.Stop()
 		l.wg.Wait()
 	})
 }

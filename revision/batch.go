@@ -172,7 +172,7 @@ func (a *attempt) apply(tx storage.Tx, base int64, env Env) error {
 	start, rev := env, base
 	for i, p := range a.batch {
 		id := RequestID{Writer: s.writer, Seq: a.seq, Index: uint32(i)}
-		resp, wrote, reqErr, err := s.app.Apply(ctr, &env, rev, id, p.req)
+		resp, wrote, reqErr, err := s.app.Apply(ctr, &env, rev, id, p.Req)
 		switch {
 		case err != nil:
 			return err
@@ -218,7 +218,7 @@ func (a *attempt) replay(tx storage.ReadTx, marker []byte) error {
 	rev := base
 	for i, p := range a.batch {
 		id := RequestID{Writer: a.s.writer, Seq: a.seq, Index: uint32(i)}
-		resp, wrote, reqErr, err := a.s.app.Replay(tx, &env, rev, id, p.req)
+		resp, wrote, reqErr, err := a.s.app.Replay(tx, &env, rev, id, p.Req)
 		if err != nil {
 			return err
 		}

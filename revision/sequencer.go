@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/groupcommit"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
@@ -185,12 +186,10 @@ var (
 
 // Sequencer batches write requests into storage transactions.
 //
-// There is no sequencer goroutine: the caller that finds no batch in
-// progress commits one itself (LevelDB's writer queue). Requests that arrive
-// meanwhile queue up, and when the batch is done its leader hands the lead to
-// the oldest of them, which commits everything queued so far in one batch.
-// A lone client thus commits on its own goroutine, without two goroutine
-// hand-offs per write that cost a single client about a tenth of its puts.
+// There is no sequencer goroutine: requests queue in a groupcommit.Queue,
+// whose caller that finds no batch in progress commits one itself. A lone
+// client thus commits on its own goroutine, without two goroutine hand-offs
+// per write that cost a single client about a tenth of its puts.
 type Sequencer struct {
 	db     storage.DB
 	app    Applier
@@ -202,11 +201,9 @@ type Sequencer struct {
 	stop     context.Context
 	stopWait context.CancelFunc
 
-	mu      sync.Mutex
-	waiting []*pending // queued, in arrival order
-	leading bool       // a caller is committing a batch
-	stopped bool
-	idle    *sync.Cond // signalled when the lead is given up
+	q *groupcommit.Queue[any, any]
+
+	mu sync.Mutex
 	// started and decided count batches; settled is closed and replaced
 	// whenever one is decided (Settle).
 	started, decided uint64
@@ -217,13 +214,8 @@ type Sequencer struct {
 	lastHead int64 // the newest head this writer committed (invariants)
 }
 
-type pending struct {
-	ctx  context.Context
-	req  any
-	size int
-	out  chan result   // the answer; buffered
-	lead chan struct{} // told to lead the next batch; buffered
-}
+// pending is one queued request.
+type pending = groupcommit.Waiter[any, any]
 
 type result struct {
 	resp any
@@ -236,7 +228,7 @@ func New(db storage.DB, app Applier, cfg Config) *Sequencer {
 	cfg.defaults()
 	s := &Sequencer{db: db, app: app, cfg: cfg, writer: rand.Uint64(), settled: make(chan struct{})}
 	s.stop, s.stopWait = context.WithCancel(context.Background())
-	s.idle = sync.NewCond(&s.mu)
+	s.q = groupcommit.New[any, any](groupcommit.Limits{MaxBatch: cfg.MaxBatch, MaxBytes: cfg.BatchBytes}, ErrStopped)
 	return s
 }
 
@@ -246,81 +238,14 @@ func New(db storage.DB, app Applier, cfg Config) *Sequencer {
 // applied; once taken, it is decided whatever ctx does, which keeps "did it
 // apply?" answerable for the caller's retry logic.
 func (s *Sequencer) Do(ctx context.Context, req any, sizeHint int) (any, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	p := &pending{ctx: ctx, req: req, size: sizeHint, out: make(chan result, 1), lead: make(chan struct{}, 1)}
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
-		return nil, ErrStopped
-	}
-	s.waiting = append(s.waiting, p)
-	lead := !s.leading
-	s.leading = true
-	s.mu.Unlock()
-	for {
-		if lead {
-			s.lead()
-		}
-		select {
-		case r := <-p.out:
-			return r.resp, r.err
-		case <-p.lead:
-			lead = true
-		}
-	}
-}
-
-// lead commits one batch from the front of the queue, then passes the lead
-// to the oldest request still waiting, or gives it up.
-func (s *Sequencer) lead() {
-	s.mu.Lock()
-	batch := s.take()
-	s.mu.Unlock()
-	if len(batch) > 0 {
-		s.commit(batch)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.waiting) > 0 {
-		s.waiting[0].lead <- struct{}{}
-		return
-	}
-	s.leading = false
-	s.idle.Broadcast()
-}
-
-// take removes the next batch from the queue; the caller holds mu. Requests
-// whose context has ended are answered here, unapplied.
-func (s *Sequencer) take() []*pending {
-	var batch []*pending
-	bytes, n := 0, 0
-	for n < len(s.waiting) && len(batch) < s.cfg.MaxBatch && (len(batch) == 0 || bytes < s.cfg.BatchBytes) {
-		p := s.waiting[n]
-		n++
-		if err := p.ctx.Err(); err != nil {
-			p.out <- result{err: err}
-			continue
-		}
-		batch = append(batch, p)
-		bytes += p.size
-	}
-	clear(s.waiting[:n])
-	s.waiting = s.waiting[n:]
-	return batch
+	return s.q.Do(ctx, req, sizeHint, s.commit)
 }
 
 // Stop waits for the requests already queued to be decided; later ones get
 // ErrStopped.
 func (s *Sequencer) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stopped = true
 	s.stopWait()
-	for s.leading {
-		s.idle.Wait()
-	}
+	s.q.Stop()
 }
 
 // Settle returns once every batch that was being committed when it was
@@ -368,7 +293,7 @@ func (s *Sequencer) commit(batch []*pending) {
 // answer sends results to the first len(results) requests of batch.
 func answer(batch []*pending, results []result) int {
 	for i := range results {
-		batch[i].out <- results[i]
+		batch[i].Answer(results[i].resp, results[i].err)
 	}
 	return len(results)
 }

@@ -141,7 +141,7 @@ func (s *Sequencer) commitStaged(p *pending) int {
 	}
 	s.seq++
 	id := RequestID{Writer: s.writer, Seq: s.seq}
-	res, reqErr, err := s.reserve(st, id, p.req)
+	res, reqErr, err := s.reserve(st, id, p.Req)
 	switch {
 	case err != nil:
 		return failAll(one, 1, s.classify(err))
