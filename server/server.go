@@ -179,8 +179,9 @@ type Server struct {
 }
 
 // New builds a server on an open backend. The server owns db from here on
-// and closes it on Stop.
-func New(cfg Config, db storage.DB) (*Server, error) {
+// and closes it on Stop; if New fails, db stays the caller's to close, and
+// everything New started is stopped.
+func New(cfg Config, db storage.DB) (_ *Server, err error) {
 	cfg.Defaults()
 	cfg.MVCC.Logger = cfg.Logger
 	o, measured, err := newOps(&cfg, db)
@@ -196,10 +197,40 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, lg: cfg.Logger, db: db, store: store, ops: o}
+	defer func() {
+		if err != nil {
+			s.abort()
+		}
+	}()
 	s.hdr = header.Filler{ClusterID: clusterID, MemberID: memberID(clusterID, cfg.Name)}
 	s.startOwnership()
+	s.grpc = grpc.NewServer(s.grpcOptions()...)
+	kvStore, lessor := s.writeRoutes()
+	s.startAutoCompaction(kvStore)
+	if err := s.registerAPI(context.Background(), kvStore, lessor); err != nil {
+		return nil, err
+	}
+	if err := s.startWatch(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
 
-	s.grpc = grpc.NewServer(append(o.grpcOptions(&cfg),
+// abort stops what a failed New started after opening the store: every
+// shutdown hook registered so far, the gRPC server's stream workers,
+// ownership and the lessor, the store.
+func (s *Server) abort() {
+	s.runShutdownHooks()
+	if s.grpc != nil {
+		s.grpc.Stop()
+	}
+	s.stopOwnership()
+	s.store.Close()
+}
+
+func (s *Server) grpcOptions() []grpc.ServerOption {
+	cfg := &s.cfg
+	return append(s.ops.grpcOptions(cfg),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
@@ -217,22 +248,7 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 			Time:    cfg.GRPCKeepAliveInterval,
 			Timeout: cfg.GRPCKeepAliveTimeout,
 		}),
-	)...)
-	kvStore, lessor := s.writeRoutes()
-	s.startAutoCompaction(kvStore)
-	if err := s.registerAPI(context.Background(), kvStore, lessor); err != nil {
-		s.runShutdownHooks()
-		s.stopOwnership()
-		store.Close()
-		return nil, err
-	}
-	if err := s.startWatch(); err != nil {
-		s.runShutdownHooks()
-		s.stopOwnership()
-		store.Close()
-		return nil, err
-	}
-	return s, nil
+	)
 }
 
 // startOwnership starts this replica's part in the election of the owner
