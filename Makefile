@@ -34,7 +34,7 @@ lint:
 # test is what CI runs: formatting, vet, the race-enabled unit and server
 # tests, and the differential test against a real embedded etcd.
 test: lint
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 	cd test/etcdcompat && $(GO) test -count=1 ./...
 	cd test/snapshot && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory robustness-short

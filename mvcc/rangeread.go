@@ -115,7 +115,11 @@ func (q *rangeScan) apply(res pageResult, first bool) bool {
 func (q *rangeScan) readPage(tx storage.ReadTx, counts *countCache, first bool) (pageResult, error) {
 	r := q.r
 	res := pageResult{head: q.head, rev: q.rev, cached: q.cached}
-	h, c, err := readState(tx)
+	var single []byte // a single key's latest entry comes with the state
+	if q.end == nil {
+		single = r.Key
+	}
+	h, c, latest, err := readStateAnd(tx, single)
 	if err != nil {
 		return res, err
 	}
@@ -145,7 +149,7 @@ func (q *rangeScan) readPage(tx storage.ReadTx, counts *countCache, first bool) 
 	if r.CountOnly && !scanCount {
 		return res, nil
 	}
-	if err := q.collect(tx, &res, scanCount); err != nil {
+	if err := q.collect(tx, &res, scanCount, latest); err != nil {
 		return res, err
 	}
 	// A small range read whole in this transaction gets its values here
@@ -158,8 +162,9 @@ func (q *rangeScan) readPage(tx storage.ReadTx, counts *countCache, first bool) 
 	return res, nil
 }
 
-// collect reads the live keys of one page at res.rev into res.
-func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool) error {
+// collect reads the live keys of one page at res.rev into res; latest is
+// the key's latest entry when the range is a single key.
+func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool, latest []byte) error {
 	want := func() bool { return q.keep < 0 || len(q.kept)+len(res.entries) < q.keep }
 	visit := func(key []byte, m meta, ver *version) bool {
 		res.counted++
@@ -169,7 +174,7 @@ func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool) 
 		return scanCount || want()
 	}
 	if q.end == nil {
-		e, err := getAt(tx, q.r.Key, res.rev, nil)
+		e, err := entryAt(tx, q.r.Key, latest, res.rev)
 		if e != nil {
 			visit(e.key, e.meta, e.ver)
 		}

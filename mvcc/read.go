@@ -104,10 +104,19 @@ func getAt(tx storage.ReadTx, key []byte, rev int64, ov *overlay) (*entry, error
 		}
 	}
 	v, err := tx.Get(keyspace.Latest(key))
-	if err != nil || v == nil {
+	if err != nil {
 		return nil, err
 	}
-	m, err := decodeMeta(v)
+	return entryAt(tx, key, v, rev)
+}
+
+// entryAt is key's entry at rev, given the key's latest entry (nil when
+// the key has none).
+func entryAt(tx storage.ReadTx, key, latest []byte, rev int64) (*entry, error) {
+	if latest == nil {
+		return nil, nil
+	}
+	m, err := decodeMeta(latest)
 	if err != nil {
 		return nil, err
 	}

@@ -150,16 +150,31 @@ func (s *Store) Rev(ctx context.Context) (rev, compacted int64, err error) {
 }
 
 func readState(tx storage.ReadTx) (revision.Head, compaction, error) {
-	vals, err := tx.GetMany([][]byte{keyspace.Head, keyspace.Compaction})
+	h, c, _, err := readStateAnd(tx, nil)
+	return h, c, err
+}
+
+// readStateAnd is readState that also reads key's latest entry in the same
+// round trip, when key is not nil: a single-key read then needs no round
+// trip of its own to find the key.
+func readStateAnd(tx storage.ReadTx, key []byte) (revision.Head, compaction, []byte, error) {
+	keys := [][]byte{keyspace.Head, keyspace.Compaction}
+	if key != nil {
+		keys = append(keys, keyspace.Latest(key))
+	}
+	vals, err := tx.GetMany(keys)
 	if err != nil {
-		return revision.Head{}, compaction{}, err
+		return revision.Head{}, compaction{}, nil, err
 	}
 	h, err := revision.DecodeHead(vals[0])
 	if err != nil {
-		return h, compaction{}, err
+		return h, compaction{}, nil, err
 	}
 	c, err := decodeCompaction(vals[1])
-	return h, c, err
+	if key == nil {
+		return h, c, nil, err
+	}
+	return h, c, vals[2], err
 }
 
 func leaseExistsIn(tx storage.ReadTx) func(int64) (bool, error) {

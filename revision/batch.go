@@ -129,12 +129,20 @@ func (a *attempt) run(tx storage.Tx) error {
 	defer func() { a.lastTook = s.cfg.Now().Sub(began) }()
 	a.runs++
 	a.written, a.newHead = 0, 0
-	marker, err := tx.Get(keyspace.Batch(s.writer, a.seq))
+	// The batch marker can only exist once an attempt of this batch has
+	// run (the writer is new to each process and seq to each batch), so the
+	// first attempt does not read it; a retry reads it with the head, in the
+	// same round trip.
+	keys := [][]byte{keyspace.Head, keyspace.Pending}
+	if a.runs > 1 {
+		keys = append(keys, keyspace.Batch(s.writer, a.seq))
+	}
+	vals, err := tx.GetMany(append(keys, a.prefetch()...))
 	if err != nil {
 		return err
 	}
-	if marker != nil {
-		if err := a.replay(tx, marker); err != nil {
+	if a.runs > 1 && vals[2] != nil {
+		if err := a.replay(tx, vals[2]); err != nil {
 			return err
 		}
 		return errLanded
@@ -142,10 +150,6 @@ func (a *attempt) run(tx storage.Tx) error {
 	// Only now, knowing that no earlier attempt landed, may the batch be cut.
 	if a.runs > 1 && len(a.batch) > 1 && a.lastTook > slowAttempt {
 		return errShrink{n: len(a.batch) / 2}
-	}
-	vals, err := tx.GetMany([][]byte{keyspace.Head, keyspace.Pending})
-	if err != nil {
-		return err
 	}
 	if vals[1] != nil {
 		return &errPending{rec: vals[1]}
@@ -162,6 +166,19 @@ func (a *attempt) run(tx storage.Tx) error {
 		checkNothingAbove(tx, head.Rev)
 	}
 	return a.apply(tx, head.Rev, env)
+}
+
+// prefetch is the keys the applier will read for the batch, if it says.
+func (a *attempt) prefetch() [][]byte {
+	p, ok := a.s.app.(Prefetcher)
+	if !ok {
+		return nil
+	}
+	reqs := make([]any, len(a.batch))
+	for i, b := range a.batch {
+		reqs[i] = b.req
+	}
+	return p.Prefetch(reqs)
 }
 
 // apply evaluates the batch on top of revision base and writes the head and

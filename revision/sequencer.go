@@ -69,6 +69,16 @@ type Applier interface {
 	Replay(tx storage.ReadTx, env *Env, rev int64, id RequestID, req any) (resp any, wrote bool, reqErr, err error)
 }
 
+// Prefetcher is an optional Applier capability: the keys Begin and Apply
+// will read for a batch's requests. An attempt reads them in the round trip
+// that reads the head, so that the applier's own reads are answered from
+// the transaction's read cache (FoundationDB's read-your-writes cache keeps
+// every value a transaction has read): a batch of puts waits for one read
+// round trip instead of one per request.
+type Prefetcher interface {
+	Prefetch(reqs []any) [][]byte
+}
+
 // Config tunes the sequencer.
 type Config struct {
 	// MaxBatch bounds the requests in one batch.

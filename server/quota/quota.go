@@ -112,12 +112,14 @@ func (q *Quota) Available(cost int) bool {
 }
 
 // Size returns the cached size, starting a new reading when it is older
-// than the refresh interval and none is in progress.
+// than the refresh interval and none is in progress. It returns the size
+// cached before that reading started, which the reading may overtake.
 func (q *Quota) Size() int64 {
+	size := q.size.Load()
 	if q.now().UnixNano()-q.readAt.Load() >= int64(q.refresh) && q.reading.CompareAndSwap(false, true) {
 		q.startReading()
 	}
-	return q.size.Load()
+	return size
 }
 
 func (q *Quota) startReading() {

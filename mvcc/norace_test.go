@@ -1,0 +1,5 @@
+//go:build !race
+
+package mvcc_test
+
+const raceBuild = false
