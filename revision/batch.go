@@ -176,7 +176,7 @@ func (a *attempt) prefetch() [][]byte {
 	}
 	reqs := make([]any, len(a.batch))
 	for i, b := range a.batch {
-		reqs[i] = b.req
+		reqs[i] = b.Req
 	}
 	return p.Prefetch(reqs)
 }
