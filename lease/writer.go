@@ -3,10 +3,12 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/groupcommit"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/revision"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
@@ -68,6 +70,10 @@ func (l *Lessor) commitWrites(batch []*writeWaiter) {
 	})
 	if err == nil && a.grants {
 		err = a.readRev(ctx)
+	}
+	if err != nil && ctx.Err() != nil {
+		// etcd's "request timed out": the batch may or may not have landed.
+		err = fmt.Errorf("lease: grants and renewals not committed within %v: %w", commitTimeout, mvcc.ErrTimeout)
 	}
 	for i, w := range batch {
 		if err != nil {
