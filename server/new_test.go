@@ -53,6 +53,10 @@ func (t *watchMemberWrites) Set(key, value []byte) {
 // the failing step is stopped when New returns its error.
 func TestNewFailingLateLeaksNoGoroutine(t *testing.T) {
 	db := testdb.Open(t)
+	before := map[string]bool{}
+	for _, g := range goroutines() {
+		before[goroutineID(g)] = true
+	}
 	cfg := server.Config{Logger: zap.NewNop(), ForwardWrites: true}
 	cfg.AutoCompaction = autocompact.Config{Mode: autocompact.Periodic, Period: time.Hour}
 	if _, err := server.New(cfg, refuseMemberWrites{db}); !errors.Is(err, errRefused) {
@@ -60,7 +64,12 @@ func TestNewFailingLateLeaksNoGoroutine(t *testing.T) {
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		leaked := leakedGoroutines()
+		var leaked []string
+		for _, g := range goroutines() {
+			if !before[goroutineID(g)] && startedByServer(g) {
+				leaked = append(leaked, g)
+			}
+		}
 		if len(leaked) == 0 {
 			return
 		}
@@ -71,26 +80,27 @@ func TestNewFailingLateLeaksNoGoroutine(t *testing.T) {
 	}
 }
 
-// leakedGoroutines returns the stacks of goroutines running code of this
-// module or gRPC, other than the tests' own: what a server would leave
-// behind. The storage backend's goroutines are the db's, closed by the test.
-func leakedGoroutines() []string {
+// goroutines returns the stack of every goroutine.
+func goroutines() []string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			buf = buf[:n]
-			break
+			return strings.Split(string(buf[:n]), "\n\n")
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	var out []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		ours := strings.Contains(g, "github.com/fdb-etcd/fdb-etcd/") || strings.Contains(g, "google.golang.org/grpc")
-		test := strings.Contains(g, "testing.tRunner") || strings.Contains(g, "testing.(*M).Run")
-		if ours && !test {
-			out = append(out, g)
-		}
-	}
-	return out
+}
+
+// goroutineID is the "goroutine N" that heads a stack.
+func goroutineID(stack string) string {
+	id, _, _ := strings.Cut(stack, " [")
+	return id
+}
+
+// startedByServer reports whether a goroutine runs code of this module or
+// gRPC: what a server leaves behind. The storage backend's own goroutines
+// are the db's, which the caller closes.
+func startedByServer(stack string) bool {
+	return strings.Contains(stack, "github.com/fdb-etcd/fdb-etcd/") || strings.Contains(stack, "google.golang.org/grpc")
 }
