@@ -252,69 +252,85 @@ func (h *Hub) run() {
 	head := h.rev
 	for {
 		if head <= h.rev {
-			var err error
-			head, err = h.src.WaitRev(h.ctx, h.rev)
-			if err != nil {
-				if h.ctx.Err() != nil {
-					return
-				}
-				h.lg.Warn("watch hub: waiting for the next revision failed; retrying", zap.Error(err))
-				if !h.sleep() {
-					return
-				}
+			next, read, ok := h.awaitHead()
+			if !ok {
+				return
+			}
+			head = next
+			if !read {
 				continue
 			}
-			h.mu.Lock()
-			h.head = max(h.head, head)
-			if h.idx.size == 0 {
-				// No synced watcher to hand events to: skip reading them. A
-				// watcher that joins later starts after h.rev or catches up
-				// from the log itself, so moving h.rev loses nothing.
-				h.setRev(head)
-				for st := range h.waiting {
-					h.answer(st)
-				}
-				h.mu.Unlock()
-				continue
-			}
-			h.mu.Unlock()
 		}
+		var ok bool
+		if head, ok = h.readBatch(head); !ok {
+			return
+		}
+	}
+}
+
+// awaitHead waits for a revision past the hub's and returns the head;
+// read says whether there are events to read up to it. With no synced
+// watcher to hand events to, it skips reading them: a watcher that joins
+// later starts after h.rev or catches up from the log itself, so moving
+// h.rev loses nothing. ok is false once the hub stops.
+func (h *Hub) awaitHead() (head int64, read, ok bool) {
+	head, err := h.src.WaitRev(h.ctx, h.rev)
+	if err != nil {
+		if h.ctx.Err() != nil {
+			return head, false, false
+		}
+		h.lg.Warn("watch hub: waiting for the next revision failed; retrying", zap.Error(err))
+		return head, false, h.sleep()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.head = max(h.head, head)
+	if h.idx.size > 0 {
+		return head, true, true
+	}
+	h.setRev(head)
+	for st := range h.waiting {
+		h.answer(st)
+	}
+	return head, false, true
+}
+
+// readBatch reads the next batch of the revision log, dispatches it and
+// returns the head it saw (head again when nothing was read). ok is false
+// once the hub stops.
+func (h *Hub) readBatch(head int64) (int64, bool) {
+	h.mu.Lock()
+	// Previous values are read only when a synced watcher wants them;
+	// one that joins meanwhile catches up instead (dispatch).
+	r := mvcc.WatchRead{From: h.rev + 1, MaxRevs: h.cfg.DispatchRevs, MaxBytes: h.cfg.ReadBytes, PrevKV: h.idx.prevKV > 0}
+	h.mu.Unlock()
+	b, err := h.src.ReadWatchEvents(h.ctx, r)
+	if errors.Is(err, mvcc.ErrCompacted) {
 		h.mu.Lock()
-		// Previous values are read only when a synced watcher wants them;
-		// one that joins meanwhile catches up instead (dispatch).
-		r := mvcc.WatchRead{From: h.rev + 1, MaxRevs: h.cfg.DispatchRevs, MaxBytes: h.cfg.ReadBytes, PrevKV: h.idx.prevKV > 0}
+		h.compactedBehind(b.Compacted)
 		h.mu.Unlock()
-		b, err := h.src.ReadWatchEvents(h.ctx, r)
-		if errors.Is(err, mvcc.ErrCompacted) {
-			h.mu.Lock()
-			h.compactedBehind(b.Compacted)
-			h.mu.Unlock()
-			continue
+		return head, true
+	}
+	if err != nil {
+		if h.ctx.Err() != nil {
+			return head, false
 		}
-		if err != nil {
-			if h.ctx.Err() != nil {
-				return
-			}
-			h.lg.Warn("watch hub: reading the revision log failed; retrying", zap.Error(err))
-			if !h.sleep() {
-				return
-			}
-			continue
-		}
-		head = b.Head
-		for _, re := range revEventsOf(b) {
-			h.mu.Lock()
-			h.dispatch(re)
-			h.mu.Unlock()
-		}
+		h.lg.Warn("watch hub: reading the revision log failed; retrying", zap.Error(err))
+		return head, h.sleep()
+	}
+	for _, re := range revEventsOf(b) {
 		h.mu.Lock()
-		h.head = max(h.head, b.Head)
-		h.setRev(b.To)
-		for st := range h.waiting {
-			h.answer(st)
-		}
+		h.dispatch(re)
 		h.mu.Unlock()
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.head = max(h.head, b.Head)
+	h.setRev(b.To)
+	for st := range h.waiting {
+		h.answer(st)
+	}
+	return b.Head, true
 }
 
 // dispatch hands one revision to the synced watchers. The caller holds mu.
