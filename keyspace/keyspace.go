@@ -225,6 +225,9 @@ func ParseLease(k []byte) (int64, error) {
 	return int64(binary.BigEndian.Uint64(k[1:])), nil
 }
 
+// BatchAll is the range of every writer's batch markers.
+func BatchAll() ([]byte, []byte) { return []byte{famBatch}, []byte{famBatch + 1} }
+
 // Batch is the marker key of a writer's batch.
 func Batch(writer uint64, seq uint64) []byte {
 	out := make([]byte, 0, 1+16)

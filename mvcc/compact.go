@@ -122,7 +122,7 @@ func (s *Store) notifyCompacted(finished int64) {
 func (s *Store) compactor() {
 	defer s.wg.Done()
 	ctx := s.ctx
-	var seen compactSeen
+	seen := markerSeen{}
 	wake := time.NewTimer(time.Hour)
 	wake.Stop()
 	defer wake.Stop()
@@ -133,7 +133,7 @@ func (s *Store) compactor() {
 		case <-s.stop:
 			return
 		}
-		target, later, err := s.compactTarget(ctx, &seen)
+		target, later, err := s.compactTarget(ctx, seen)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -180,43 +180,52 @@ func (s *Store) compactTo(ctx context.Context, target int64) bool {
 	return true
 }
 
-// compactSeen is what the compactor has seen of the requested compaction
-// revisions: each with the time it first saw it, oldest first. At most
-// maxCompactSeen are kept; a newer request replaces the newest one still
-// waiting, which only postpones compacting to the one replaced.
-type compactSeen []struct {
-	rev int64
-	at  time.Time
-}
+// markerSeen is when the compactor first saw each batch marker it still
+// finds, by key.
+type markerSeen map[string]time.Time
 
-const maxCompactSeen = 16
+// maxMarkers bounds the markers one look reads; the expired ones among them
+// are cleared, so a later look sees the rest.
+const maxMarkers = 4096
 
 // compactTarget returns the revision physical compaction may reach now, and
 // how long until it may reach a newer one (0: nothing is waiting).
 //
 // Physical compaction must never remove history that a replay could read:
-// after commit_unknown_result, a batch that evaluated under compaction
-// revision C is replayed under C, reading history at or above C and the
-// revision log of its own revisions (Store.Replay). A compaction to C' > C
-// can remove those once it is requested, so it is held back until no batch
-// that evaluated under an older compaction can still be replayed:
-//   - a batch that started after the request to C' committed reads C' (a
-//     transaction sees every commit that finished before it began), so only
-//     batches already running when the compactor first saw C' matter;
-//   - every attempt of a batch, replays included, happens within its
-//     writer's CommitTimeout (revision.Config), so all of those are decided
-//     ReplayWindow after the compactor saw C', whichever process runs them;
+// after commit_unknown_result, a batch that evaluated on head B is replayed
+// reading the store as of B (Store.Replay), and a compaction to C > B
+// removes versions that state needs. Such a batch has a batch marker with
+// base B, stored when it committed, which its writer clears in its next
+// batch, once nothing can replay it:
+//   - a batch that commits after the head passed C has a base of at least
+//     C, so when the compactor reads the markers after a compaction to C
+//     was requested, every marker that matters is there
+//     (revision.ReplayableMarkers);
+//   - every attempt of a batch happens within its writer's CommitTimeout,
+//     so a marker first seen ReplayWindow ago is of a decided batch whatever
+//     process wrote it (a writer that stopped leaves its last marker); the
+//     compactor clears those;
+//   - so physical compaction goes as far as the requested revision, or the
+//     lowest base of a marker seen for less than ReplayWindow, and waits
+//     only while a batch below the requested revision may still replay.
+//     Usually none does: a writer's newest batch is the compaction request's
+//     own or newer, and its base is at or above the requested revision.
 //   - with SoleWriter, no other process writes the storage, and this
 //     store's own sequencer says when its batches running at that moment
 //     are decided (Sequencer.Settle), usually at once.
-func (s *Store) compactTarget(ctx context.Context, seen *compactSeen) (int64, time.Duration, error) {
+func (s *Store) compactTarget(ctx context.Context, seen markerSeen) (int64, time.Duration, error) {
 	var c compaction
+	var markers []revision.Marker
+	var more bool
 	err := s.db.View(ctx, func(tx storage.ReadTx) error {
 		v, err := tx.Get(keyspace.Compaction)
 		if err != nil {
 			return err
 		}
-		c, err = decodeCompaction(v)
+		if c, err = decodeCompaction(v); err != nil || s.cfg.SoleWriter {
+			return err
+		}
+		markers, more, err = revision.ReplayableMarkers(tx, maxMarkers)
 		return err
 	})
 	if err != nil {
@@ -225,27 +234,54 @@ func (s *Store) compactTarget(ctx context.Context, seen *compactSeen) (int64, ti
 	if s.cfg.SoleWriter {
 		return c.Requested, 0, s.seq.Settle(ctx)
 	}
-	now := s.cfg.Now()
-	switch n := len(*seen); {
-	case n > 0 && (*seen)[n-1].rev >= c.Requested:
-	case n == maxCompactSeen:
-		(*seen)[n-1].rev, (*seen)[n-1].at = c.Requested, now
-	default:
-		*seen = append(*seen, struct {
-			rev int64
-			at  time.Time
-		}{c.Requested, now})
+	target, wait, expired := replaySafe(c.Requested, markers, seen, s.cfg.Now(), s.cfg.Sequencer.ReplayWindow())
+	if len(expired) > 0 {
+		err = s.db.Update(ctx, func(tx storage.Tx) error {
+			for _, k := range expired {
+				revision.ClearMarker(tx, k)
+			}
+			return nil
+		})
 	}
-	window := s.cfg.Sequencer.ReplayWindow()
-	target := c.Finished
-	for len(*seen) > 0 && now.Sub((*seen)[0].at) >= window {
-		target = max(target, (*seen)[0].rev)
-		*seen = (*seen)[1:]
+	if more {
+		// Markers not looked at may hold the target back; the expired
+		// ones cleared, the next look sees them.
+		target, wait = c.Finished, 100*time.Millisecond
 	}
-	if len(*seen) == 0 {
-		return target, 0, nil
+	return max(target, c.Finished), wait, err
+}
+
+// replaySafe lowers target to the base of every marker seen for less than
+// window, and returns how long until the first of those expires and the
+// markers that have. seen is updated to the markers found.
+func replaySafe(target int64, markers []revision.Marker, seen markerSeen, now time.Time, window time.Duration) (int64, time.Duration, [][]byte) {
+	var wait time.Duration
+	var expired [][]byte
+	found := make(map[string]bool, len(markers))
+	for _, m := range markers {
+		k := string(m.Key)
+		found[k] = true
+		first, ok := seen[k]
+		if !ok {
+			first, seen[k] = now, now
+		}
+		age := now.Sub(first)
+		switch {
+		case age >= window:
+			expired = append(expired, m.Key)
+		case m.Base < target:
+			target = m.Base
+			if left := window - age; wait == 0 || left < wait {
+				wait = left
+			}
+		}
 	}
-	return target, window - now.Sub((*seen)[0].at), nil
+	for k := range seen {
+		if !found[k] {
+			delete(seen, k)
+		}
+	}
+	return target, wait, expired
 }
 
 // compactStep cleans up the keys changed by the next run of revisions up to

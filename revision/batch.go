@@ -80,6 +80,9 @@ func (s *Sequencer) commitPrefix(batch []*pending) int {
 		if invariants && a.newHead > 0 {
 			s.checkMonotonic(a.base, a.newHead)
 		}
+		if a.marked {
+			s.lastMarker = a.seq
+		}
 		if s.cfg.Observe != nil {
 			s.cfg.Observe(len(batch), a.written, s.cfg.Now().Sub(start))
 		}
@@ -118,6 +121,7 @@ type attempt struct {
 	written int
 	base    int64 // the head the batch applied on
 	newHead int64 // the head it wrote, 0 if it wrote none
+	marked  bool  // its marker is stored: the batch wrote, or an earlier attempt did
 
 	runs     int
 	lastTook time.Duration
@@ -128,7 +132,7 @@ func (a *attempt) run(tx storage.Tx) error {
 	began := s.cfg.Now()
 	defer func() { a.lastTook = s.cfg.Now().Sub(began) }()
 	a.runs++
-	a.written, a.newHead = 0, 0
+	a.written, a.newHead, a.marked = 0, 0, false
 	// The batch marker can only exist once an attempt of this batch has
 	// run (the writer is new to each process and seq to each batch), so the
 	// first attempt does not read it; a retry reads it with the head, in the
@@ -145,6 +149,7 @@ func (a *attempt) run(tx storage.Tx) error {
 		if err := a.replay(tx, vals[2]); err != nil {
 			return err
 		}
+		a.marked = true
 		return errLanded
 	}
 	// Only now, knowing that no earlier attempt landed, may the batch be cut.
@@ -217,6 +222,12 @@ func (a *attempt) apply(tx storage.Tx, base int64, env Env) error {
 		a.base, a.newHead = base, rev
 	}
 	tx.Set(keyspace.Batch(s.writer, a.seq), encodeMarker(base, start))
+	a.marked = true
+	if s.lastMarker != 0 {
+		// The writer's previous batch is decided: nothing replays it, and
+		// physical compaction need not wait for it (ReplayableMarkers).
+		tx.Clear(keyspace.Batch(s.writer, s.lastMarker))
+	}
 	if a.seq > markerWindow {
 		// A point delete of the one marker leaving the window: range
 		// deletions would pile up as tombstones on every batch.

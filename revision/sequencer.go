@@ -161,6 +161,10 @@ func DecodeHead(v []byte) (Head, error) {
 	}, nil
 }
 
+// EncodeHead encodes a head key's value. Only the write path and a bulk
+// load into an empty keyspace (mvcc.BulkLoader) write the head.
+func EncodeHead(h Head) []byte { return encodeHead(h) }
+
 func encodeHead(h Head) []byte {
 	out := make([]byte, 0, 24)
 	out = binary.BigEndian.AppendUint64(out, uint64(h.Rev))
@@ -220,8 +224,11 @@ type Sequencer struct {
 	settled          chan struct{}
 
 	// Guarded by the lead, not by mu.
-	seq      uint64
-	lastHead int64 // the newest head this writer committed (invariants)
+	seq uint64
+	// lastMarker is the seq of this writer's newest batch marker, which its
+	// next batch clears; 0 before the first.
+	lastMarker uint64
+	lastHead   int64 // the newest head this writer committed (invariants)
 }
 
 // pending is one queued request.

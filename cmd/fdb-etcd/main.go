@@ -62,6 +62,10 @@ func runSubcommand(args []string, stdout, stderr io.Writer) (code int, ok bool) 
 		printVersion(stdout)
 	case "healthcheck":
 		err = healthcheck(args[1:])
+	case "import":
+		err = importSnapshot(args[1:])
+	case "mirror":
+		err = runMirror(args[1:])
 	case "experimental-export-persisted":
 		err = exportPersisted(args[1:], stdout) // test only (testhooks.go)
 	case "gateway", "grpc-proxy":

@@ -195,6 +195,11 @@ const memberName = "compat"
 type pairOptions struct {
 	// quotaBytes is --quota-backend-bytes (0: etcd's default).
 	quotaBytes int64
+	// store, when set, is the store fdb-etcd serves instead of a fresh one.
+	store *candStore
+	// etcdDir, when set, is the data directory an embedded etcd starts on
+	// instead of a fresh one.
+	etcdDir string
 }
 
 // startPair starts a fresh reference etcd and a fresh candidate, in parallel.
@@ -276,7 +281,10 @@ func tryStartPair(t *testing.T, o pairOptions) (ref, cand *server, err error) {
 }
 
 func startEmbedded(t *testing.T, name string, cport, pport int, o pairOptions) (*server, func(), error) {
-	dir := t.TempDir()
+	dir := o.etcdDir
+	if dir == "" {
+		dir = t.TempDir()
+	}
 	curl := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", cport)}
 	purl := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pport)}
 	cfg := embed.NewConfig()
@@ -315,16 +323,14 @@ func startEmbedded(t *testing.T, name string, cport, pport int, o pairOptions) (
 }
 
 func startFDBEtcd(t *testing.T, port int, o pairOptions) (*server, func(), error) {
-	dataDir := t.TempDir()
+	store := o.store
+	if store == nil {
+		store = newCandStore(t)
+	}
 	logDir := t.TempDir()
 	u := fmt.Sprintf("http://127.0.0.1:%d", port)
-	args := []string{"--name", memberName, "--data-dir", dataDir, "--listen-client-urls", u, "--advertise-client-urls", u}
-	if fdbCluster != "" {
-		var id [8]byte
-		_, _ = crand.Read(id[:])
-		args = append(args, "--backend", "fdb", "--fdb-cluster-file", fdbCluster,
-			"--fdb-prefix", "etcdcompat/"+hex.EncodeToString(id[:]))
-	}
+	args := []string{"--name", memberName, "--listen-client-urls", u, "--advertise-client-urls", u}
+	args = append(args, store.args()...)
 	if o.quotaBytes != 0 {
 		args = append(args, "--quota-backend-bytes", fmt.Sprint(o.quotaBytes))
 	}
@@ -402,6 +408,30 @@ func startFDBEtcd(t *testing.T, port int, o pairOptions) (*server, func(), error
 			t.Logf("fdb-etcd log tail (%s):\n%s", logPath, tailFile(logPath, 3000))
 		}
 	}, nil
+}
+
+// candStore is where an fdb-etcd keeps its data: an embedded data
+// directory, or a fresh keyspace of the FoundationDB cluster under test.
+type candStore struct {
+	dataDir, fdbPrefix string
+}
+
+func newCandStore(t *testing.T) *candStore {
+	s := &candStore{dataDir: t.TempDir()}
+	if fdbCluster != "" {
+		var id [8]byte
+		_, _ = crand.Read(id[:])
+		s.fdbPrefix = "etcdcompat/" + hex.EncodeToString(id[:])
+	}
+	return s
+}
+
+// args are fdb-etcd's flags naming the store.
+func (s *candStore) args() []string {
+	if s.fdbPrefix == "" {
+		return []string{"--data-dir", s.dataDir}
+	}
+	return []string{"--data-dir", s.dataDir, "--backend", "fdb", "--fdb-cluster-file", fdbCluster, "--fdb-prefix", s.fdbPrefix}
 }
 
 func tailFile(path string, n int) string {
