@@ -37,6 +37,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,6 +50,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/clock"
+	"github.com/fdb-etcd/fdb-etcd/internal/groupcommit"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/owner"
@@ -141,8 +143,9 @@ func (c *Config) defaults() {
 	}
 }
 
-// Store is what the lessor needs from the data model.
-type Store interface {
+// Revoker is what the lessor needs from the data model: the database its
+// records live in, and revocation of a lease with its keys in one revision.
+type Revoker interface {
 	DB() storage.DB
 	Revoke(ctx context.Context, r *mvcc.RevokeRequest) (*pb.LeaseRevokeResponse, error)
 }
@@ -152,17 +155,16 @@ type Lessor struct {
 	cfg   Config
 	lg    *zap.Logger
 	clock clock.Clock
-	store Store
+	store Revoker
 	db    storage.DB
 	owner *owner.Elector
 
-	writes     chan *writeReq
-	writerDone chan struct{}
-	stop       chan struct{}
-	ctx        context.Context
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup
-	stopOnce   sync.Once
+	writes   *groupcommit.Queue[*writeReq, writeRes] // grants and renewals
+	stop     chan struct{}
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopOnce sync.Once
 
 	mu  sync.Mutex
 	own ownState // guarded by mu; the run loop alone writes it
@@ -177,17 +179,16 @@ type ownState struct {
 
 // New starts a lessor on store that expires leases while own says this
 // process is the owner. Stop it before stopping own and closing the store.
-func New(store Store, own *owner.Elector, cfg Config) *Lessor {
+func New(store Revoker, own *owner.Elector, cfg Config) *Lessor {
 	cfg.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lessor{
 		cfg: cfg, lg: cfg.Logger, clock: cfg.Clock, store: store, db: store.DB(), owner: own,
-		writes: make(chan *writeReq, cfg.WriteBatch), writerDone: make(chan struct{}),
-		stop: make(chan struct{}),
-		ctx:  ctx, cancel: cancel,
+		writes: groupcommit.New[*writeReq, writeRes](groupcommit.Limits{MaxBatch: cfg.WriteBatch}, ErrStopped),
+		stop:   make(chan struct{}),
+		ctx:    ctx, cancel: cancel,
 	}
-	l.wg.Add(2)
-	go l.writer()
+	l.wg.Add(1)
 	go l.run()
 	return l
 }
@@ -198,6 +199,7 @@ func (l *Lessor) Stop() {
 	l.stopOnce.Do(func() {
 		close(l.stop)
 		l.cancel()
+		l.writes.Stop()
 		l.wg.Wait()
 	})
 }
@@ -443,70 +445,73 @@ const leasePage = 10_000
 // Leases lists every lease ID, soonest deadline first (etcd's order), and
 // the current revision.
 func (l *Lessor) Leases(ctx context.Context) ([]int64, int64, error) {
-	type item struct {
-		id       int64
-		deadline int64
-	}
-	var items []item
+	var items []leaseItem
 	var rev int64
 	begin, end := keyspace.LeaseAll()
-	first := true
-	for begin != nil {
-		var page []item
-		var next []byte
+	for first := true; begin != nil; first = false {
+		var p leasesPage
 		err := l.db.View(ctx, func(tx storage.ReadTx) error {
-			page, next = nil, nil
-			if first {
-				h, err := revision.ReadHead(tx)
-				if err != nil {
-					return err
-				}
-				rev = h.Rev
-			}
-			kvs, err := tx.GetRange(begin, end, storage.RangeOptions{Limit: leasePage})
-			if err != nil {
-				return err
-			}
-			for _, kv := range kvs {
-				id, err := keyspace.ParseLease(kv.Key)
-				if err != nil {
-					return err
-				}
-				rec, err := decodeRecord(kv.Value)
-				if err != nil {
-					return fmt.Errorf("lease %d: %w", id, err)
-				}
-				page = append(page, item{id, rec.Deadline})
-			}
-			if len(kvs) == leasePage {
-				next = append(kvs[len(kvs)-1].Key, 0)
-			}
-			return nil
+			var err error
+			p, err = readLeasesPage(tx, begin, end, first)
+			return err
 		})
 		if err != nil {
 			return nil, 0, err
 		}
-		items = append(items, page...)
-		begin, first = next, false
+		if first {
+			rev = p.rev
+		}
+		items = append(items, p.items...)
+		begin = p.next
 	}
-	slices.SortFunc(items, func(a, b item) int {
-		if a.deadline != b.deadline {
-			if a.deadline < b.deadline {
-				return -1
-			}
-			return 1
-		}
-		if a.id < b.id {
-			return -1
-		}
-		if a.id > b.id {
-			return 1
-		}
-		return 0
+	slices.SortFunc(items, func(a, b leaseItem) int {
+		return cmp.Or(cmp.Compare(a.deadline, b.deadline), cmp.Compare(a.id, b.id))
 	})
 	ids := make([]int64, len(items))
 	for i, it := range items {
 		ids[i] = it.id
 	}
 	return ids, rev, nil
+}
+
+type leaseItem struct {
+	id       int64
+	deadline int64
+}
+
+// leasesPage is one transaction's page of lease records.
+type leasesPage struct {
+	rev   int64 // the current revision, read with the first page
+	items []leaseItem
+	next  []byte // where the next page starts; nil after the last
+}
+
+func readLeasesPage(tx storage.ReadTx, begin, end []byte, first bool) (leasesPage, error) {
+	var p leasesPage
+	if first {
+		h, err := revision.ReadHead(tx)
+		if err != nil {
+			return p, err
+		}
+		p.rev = h.Rev
+	}
+	kvs, err := tx.GetRange(begin, end, storage.RangeOptions{Limit: leasePage})
+	if err != nil {
+		return p, err
+	}
+	for _, kv := range kvs {
+		id, err := keyspace.ParseLease(kv.Key)
+		if err != nil {
+			return p, err
+		}
+		rec, err := decodeRecord(kv.Value)
+		if err != nil {
+			return p, fmt.Errorf("lease %d: %w", id, err)
+		}
+		p.items = append(p.items, leaseItem{id, rec.Deadline})
+	}
+	if len(kvs) == leasePage {
+		p.next = append(kvs[len(kvs)-1].Key, 0)
+	}
+	return p, nil
 }

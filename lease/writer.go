@@ -3,9 +3,12 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/groupcommit"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/revision"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
@@ -20,74 +23,28 @@ type writeReq struct {
 	id    int64
 	ttl   int64  // grant: the TTL to grant
 	nonce uint64 // grant: identifies this grant across retried attempts
-	out   chan writeRes
 }
 
 type writeRes struct {
 	ttl int64
 	rev int64 // grants: the current revision after the commit
-	err error
 }
 
-// submit queues r for the group commit and waits for its outcome.
+// writeWaiter is a writeReq in the group-commit queue.
+type writeWaiter = groupcommit.Waiter[*writeReq, writeRes]
+
+// commitTimeout bounds one group commit of grants and renewals, retries
+// included, so that a storage outage fails the batch instead of holding
+// every later grant and renewal behind it.
+const commitTimeout = storage.MaxTransactionAge
+
+// submit commits r in the next group commit of grants and renewals and
+// returns its outcome.
 func (l *Lessor) submit(ctx context.Context, r *writeReq) (writeRes, error) {
-	r.out = make(chan writeRes, 1)
 	if l.stopped() {
 		return writeRes{}, ErrStopped
 	}
-	select {
-	case l.writes <- r:
-	case <-ctx.Done():
-		return writeRes{}, ctx.Err()
-	case <-l.stop:
-		return writeRes{}, ErrStopped
-	}
-	select {
-	case res := <-r.out:
-		return res, res.err
-	case <-ctx.Done():
-		return writeRes{}, ctx.Err()
-	case <-l.writerDone:
-		select {
-		case res := <-r.out:
-			return res, res.err
-		default:
-			return writeRes{}, ErrStopped // queued after the writer's last drain
-		}
-	}
-}
-
-// writer group-commits grants and renewals: whatever queued while the
-// previous commit ran goes into the next one.
-func (l *Lessor) writer() {
-	defer l.wg.Done()
-	defer close(l.writerDone)
-	for {
-		var first *writeReq
-		select {
-		case first = <-l.writes:
-		case <-l.stop:
-			for {
-				select {
-				case r := <-l.writes:
-					r.out <- writeRes{err: ErrStopped}
-				default:
-					return
-				}
-			}
-		}
-		batch := []*writeReq{first}
-	collect:
-		for len(batch) < l.cfg.WriteBatch {
-			select {
-			case r := <-l.writes:
-				batch = append(batch, r)
-			default:
-				break collect
-			}
-		}
-		l.commitWrites(batch)
-	}
+	return l.writes.Do(ctx, r, 0, l.commitWrites)
 }
 
 // slack is how far beyond now+TTL a renewal writes a lease's deadline.
@@ -102,84 +59,124 @@ type leaseState struct {
 	dirty  bool
 }
 
-func (l *Lessor) commitWrites(batch []*writeReq) {
-	results := make([]writeRes, len(batch))
-	grants := false
-	err := l.db.Update(context.Background(), func(tx storage.Tx) error {
-		now := l.clock.Now().UnixMicro()
-		states := make(map[int64]*leaseState, len(batch))
-		var ids []int64
-		var keys [][]byte
-		for _, r := range batch {
-			if _, ok := states[r.id]; !ok {
-				states[r.id] = &leaseState{}
-				ids = append(ids, r.id)
-				keys = append(keys, keyspace.Lease(r.id))
-			}
-		}
-		vals, err := tx.GetMany(keys)
-		if err != nil {
-			return err
-		}
-		for i, id := range ids {
-			s := states[id]
-			s.orig = -1
-			if vals[i] != nil {
-				if s.rec, err = decodeRecord(vals[i]); err != nil {
-					return err
-				}
-				s.exists, s.orig = true, s.rec.Deadline
-			}
-		}
-		for i, r := range batch {
-			s := states[r.id]
-			switch {
-			case r.grant && s.exists && s.rec.Nonce == r.nonce:
-				// An earlier attempt of this commit already granted it.
-				results[i] = writeRes{ttl: s.rec.TTL}
-			case r.grant && s.exists:
-				results[i] = writeRes{err: ErrLeaseExists}
-			case r.grant:
-				s.rec = record{TTL: r.ttl, Deadline: addSat(now, ttlDuration(r.ttl)), Nonce: r.nonce}
-				s.exists, s.dirty = true, true
-				results[i] = writeRes{ttl: r.ttl}
-			case !s.exists:
-				results[i] = writeRes{err: ErrLeaseNotFound}
-			case s.rec.Deadline <= now:
-				results[i] = writeRes{err: errExpired}
-			default:
-				d := addSat(addSat(now, ttlDuration(s.rec.TTL)), l.slack(s.rec.TTL))
-				if d > s.rec.Deadline {
-					s.rec.Deadline, s.dirty = d, true
-				}
-				results[i] = writeRes{ttl: s.rec.TTL}
-			}
-			if r.grant {
-				grants = true
-			}
-		}
-		for _, id := range ids {
-			if s := states[id]; s.dirty {
-				setDeadline(tx, id, s.rec, s.orig)
-			}
-		}
-		return nil
+// commitWrites commits one batch and answers each of its requests.
+func (l *Lessor) commitWrites(batch []*writeWaiter) {
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	var a *writeAttempt
+	err := l.db.Update(ctx, func(tx storage.Tx) error {
+		a = &writeAttempt{l: l, batch: batch, now: l.clock.Now().UnixMicro()}
+		return a.run(tx)
 	})
-	if err == nil && grants {
-		var rev int64
-		err = l.db.View(context.Background(), func(tx storage.ReadTx) error {
-			h, err := revision.ReadHead(tx)
-			rev = h.Rev
-			return err
-		})
-		for i := range results {
-			results[i].rev = rev
-		}
+	if err == nil && a.grants {
+		err = a.readRev(ctx)
 	}
-	for i, r := range batch {
+	if err != nil && ctx.Err() != nil {
+		// etcd's "request timed out": the batch may or may not have landed.
+		err = fmt.Errorf("lease: grants and renewals not committed within %v: %w", commitTimeout, mvcc.ErrTimeout)
+	}
+	for i, w := range batch {
 		if err != nil {
-			results[i] = writeRes{err: err}
+			w.Answer(writeRes{}, err)
+			continue
 		}
-		r.out <- results[i]
+		w.Answer(a.results[i], a.errs[i])
 	}
+}
+
+// writeAttempt is one attempt of a batch's transaction: a retry starts a
+// new one, so nothing of a failed attempt leaks into the answers.
+type writeAttempt struct {
+	l       *Lessor
+	batch   []*writeWaiter
+	now     int64 // microseconds
+	results []writeRes
+	errs    []error
+	grants  bool
+}
+
+func (a *writeAttempt) run(tx storage.Tx) error {
+	ids, states, err := a.load(tx)
+	if err != nil {
+		return err
+	}
+	a.results, a.errs = make([]writeRes, len(a.batch)), make([]error, len(a.batch))
+	for i, w := range a.batch {
+		a.results[i], a.errs[i] = a.decide(w.Req, states[w.Req.id])
+		a.grants = a.grants || w.Req.grant
+	}
+	for _, id := range ids {
+		if s := states[id]; s.dirty {
+			setDeadline(tx, id, s.rec, s.orig)
+		}
+	}
+	return nil
+}
+
+// load reads the record of every lease the batch names, once each.
+func (a *writeAttempt) load(tx storage.Tx) ([]int64, map[int64]*leaseState, error) {
+	states := make(map[int64]*leaseState, len(a.batch))
+	var ids []int64
+	var keys [][]byte
+	for _, w := range a.batch {
+		if _, ok := states[w.Req.id]; !ok {
+			states[w.Req.id] = &leaseState{orig: -1}
+			ids = append(ids, w.Req.id)
+			keys = append(keys, keyspace.Lease(w.Req.id))
+		}
+	}
+	vals, err := tx.GetMany(keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, id := range ids {
+		if vals[i] == nil {
+			continue
+		}
+		s := states[id]
+		if s.rec, err = decodeRecord(vals[i]); err != nil {
+			return nil, nil, err
+		}
+		s.exists, s.orig = true, s.rec.Deadline
+	}
+	return ids, states, nil
+}
+
+// decide applies one grant or renewal to its lease's state, in batch order.
+func (a *writeAttempt) decide(r *writeReq, s *leaseState) (writeRes, error) {
+	switch {
+	case r.grant && s.exists && s.rec.Nonce == r.nonce:
+		// An earlier attempt of this commit already granted it.
+		return writeRes{ttl: s.rec.TTL}, nil
+	case r.grant && s.exists:
+		return writeRes{}, ErrLeaseExists
+	case r.grant:
+		s.rec = record{TTL: r.ttl, Deadline: addSat(a.now, ttlDuration(r.ttl)), Nonce: r.nonce}
+		s.exists, s.dirty = true, true
+		return writeRes{ttl: r.ttl}, nil
+	case !s.exists:
+		return writeRes{}, ErrLeaseNotFound
+	case s.rec.Deadline <= a.now:
+		return writeRes{}, errExpired
+	}
+	d := addSat(addSat(a.now, ttlDuration(s.rec.TTL)), a.l.slack(s.rec.TTL))
+	if d > s.rec.Deadline {
+		s.rec.Deadline, s.dirty = d, true
+	}
+	return writeRes{ttl: s.rec.TTL}, nil
+}
+
+// readRev reads the revision grants report: the current one after the
+// commit.
+func (a *writeAttempt) readRev(ctx context.Context) error {
+	var h revision.Head
+	err := a.l.db.View(ctx, func(tx storage.ReadTx) error {
+		var err error
+		h, err = revision.ReadHead(tx)
+		return err
+	})
+	for i := range a.results {
+		a.results[i].rev = h.Rev
+	}
+	return err
 }

@@ -137,19 +137,7 @@ func (t *journalTx) Clear(key []byte) {
 
 // Scan keeps the inner transaction's zero-copy scan available.
 func (t *journalTx) Scan(begin, end []byte, fn func(key, value []byte) bool) error {
-	if sc, ok := t.Tx.(storage.Scanner); ok {
-		return sc.Scan(begin, end, fn)
-	}
-	kvs, err := t.Tx.GetRange(begin, end, storage.RangeOptions{})
-	if err != nil {
-		return err
-	}
-	for _, kv := range kvs {
-		if !fn(kv.Key, kv.Value) {
-			break
-		}
-	}
-	return nil
+	return storage.Scan(t.Tx, begin, end, 0, fn)
 }
 
 type journalOp struct {

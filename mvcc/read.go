@@ -66,20 +66,8 @@ func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, fn 
 		}
 		return true
 	}
-	if sc, ok := tx.(storage.Scanner); ok {
-		if err := sc.Scan(lb, le, visit); err != nil {
-			return nil, err
-		}
-		return last, ferr
-	}
-	kvs, err := tx.GetRange(lb, le, storage.RangeOptions{Limit: pageKeys})
-	if err != nil {
+	if err := storage.Scan(tx, lb, le, pageKeys, visit); err != nil {
 		return nil, err
-	}
-	for _, kv := range kvs {
-		if !visit(kv.Key, kv.Value) {
-			break
-		}
 	}
 	return last, ferr
 }

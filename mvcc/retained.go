@@ -237,17 +237,14 @@ func (w *historyWalk) flushPending(out []snapVersion) []snapVersion {
 // snapshotPage reads up to snapshotPageKeys history entries, stopping early
 // once they hold snapshotPageBytes.
 func snapshotPage(tx storage.ReadTx, begin, end []byte) ([]storage.KeyValue, error) {
-	if sc, ok := tx.(storage.Scanner); ok {
-		var kvs []storage.KeyValue
-		n := 0
-		err := sc.Scan(begin, end, func(k, v []byte) bool {
-			kvs = append(kvs, storage.KeyValue{Key: bytes.Clone(k), Value: bytes.Clone(v)})
-			n += len(k) + len(v)
-			return len(kvs) < snapshotPageKeys && n < snapshotPageBytes
-		})
-		return kvs, err
-	}
-	return tx.GetRange(begin, end, storage.RangeOptions{Limit: snapshotPageKeys})
+	var kvs []storage.KeyValue
+	n := 0
+	err := storage.Scan(tx, begin, end, snapshotPageKeys, func(k, v []byte) bool {
+		kvs = append(kvs, storage.KeyValue{Key: bytes.Clone(k), Value: bytes.Clone(v)})
+		n += len(k) + len(v)
+		return n < snapshotPageBytes
+	})
+	return kvs, err
 }
 
 func snapshotPageFull(kvs []storage.KeyValue) bool {

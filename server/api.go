@@ -13,7 +13,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/server/cluster"
 	"github.com/fdb-etcd/fdb-etcd/server/header"
 	"github.com/fdb-etcd/fdb-etcd/server/kv"
-	leasesvc "github.com/fdb-etcd/fdb-etcd/server/lease"
+	"github.com/fdb-etcd/fdb-etcd/server/leasesvc"
 	"github.com/fdb-etcd/fdb-etcd/server/maintenance"
 	"github.com/fdb-etcd/fdb-etcd/server/quota"
 	"github.com/fdb-etcd/fdb-etcd/snapshot"
@@ -28,7 +28,7 @@ var errCorruptAlarm = errors.New("alarm CORRUPT raised")
 // writes (through kvStore and lessor, see writeRoutes) pass the backend
 // quota and the stored alarms as in etcd, and the member list comes from
 // the registry every replica keeps in the store.
-func (s *Server) registerAPI(ctx context.Context, kvStore kv.Store, lessor leasesvc.Lessor) error {
+func (s *Server) registerAPI(ctx context.Context, kvStore kv.Evaluator, lessor leasesvc.Lessor) error {
 	alarms, err := s.openAlarms(ctx)
 	if err != nil {
 		return err

@@ -33,7 +33,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/server/forward"
 	"github.com/fdb-etcd/fdb-etcd/server/header"
 	"github.com/fdb-etcd/fdb-etcd/server/kv"
-	leasesvc "github.com/fdb-etcd/fdb-etcd/server/lease"
+	"github.com/fdb-etcd/fdb-etcd/server/leasesvc"
 	"github.com/fdb-etcd/fdb-etcd/server/quota"
 	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig"
 	"github.com/fdb-etcd/fdb-etcd/server/watch"
@@ -154,7 +154,7 @@ const streamWorkers = 64
 
 // grpcOverheadBytes is etcd's allowance above --max-request-bytes for the
 // gRPC message limit, so oversize requests get etcd's own error rather than
-// gRPC's.
+// gRPC's; fragmenting watchers split their responses at the same sum.
 const grpcOverheadBytes = 512 * 1024
 
 // Server is one fdb-etcd process.
@@ -179,8 +179,9 @@ type Server struct {
 }
 
 // New builds a server on an open backend. The server owns db from here on
-// and closes it on Stop.
-func New(cfg Config, db storage.DB) (*Server, error) {
+// and closes it on Stop; if New fails, db stays the caller's to close, and
+// everything New started is stopped.
+func New(cfg Config, db storage.DB) (_ *Server, err error) {
 	cfg.Defaults()
 	cfg.MVCC.Logger = cfg.Logger
 	o, measured, err := newOps(&cfg, db)
@@ -196,10 +197,40 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, lg: cfg.Logger, db: db, store: store, ops: o}
+	defer func() {
+		if err != nil {
+			s.abort()
+		}
+	}()
 	s.hdr = header.Filler{ClusterID: clusterID, MemberID: memberID(clusterID, cfg.Name)}
 	s.startOwnership()
+	s.grpc = grpc.NewServer(s.grpcOptions()...)
+	kvStore, lessor := s.writeRoutes()
+	s.startAutoCompaction(kvStore)
+	if err := s.registerAPI(context.Background(), kvStore, lessor); err != nil {
+		return nil, err
+	}
+	if err := s.startWatch(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
 
-	s.grpc = grpc.NewServer(append(o.grpcOptions(&cfg),
+// abort stops what a failed New started after opening the store: every
+// shutdown hook registered so far, the gRPC server's stream workers,
+// ownership and the lessor, the store.
+func (s *Server) abort() {
+	s.runShutdownHooks()
+	if s.grpc != nil {
+		s.grpc.Stop()
+	}
+	s.stopOwnership()
+	s.store.Close()
+}
+
+func (s *Server) grpcOptions() []grpc.ServerOption {
+	cfg := &s.cfg
+	return append(s.ops.grpcOptions(cfg),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
@@ -217,22 +248,7 @@ func New(cfg Config, db storage.DB) (*Server, error) {
 			Time:    cfg.GRPCKeepAliveInterval,
 			Timeout: cfg.GRPCKeepAliveTimeout,
 		}),
-	)...)
-	kvStore, lessor := s.writeRoutes()
-	s.startAutoCompaction(kvStore)
-	if err := s.registerAPI(context.Background(), kvStore, lessor); err != nil {
-		s.runShutdownHooks()
-		s.stopOwnership()
-		store.Close()
-		return nil, err
-	}
-	if err := s.startWatch(); err != nil {
-		s.runShutdownHooks()
-		s.stopOwnership()
-		store.Close()
-		return nil, err
-	}
-	return s, nil
+	)
 }
 
 // startOwnership starts this replica's part in the election of the owner
@@ -273,7 +289,7 @@ func (s *Server) stopOwnership() {
 // writeRoutes returns what the KV and Lease services write through: the
 // store and the lessor themselves, or forwarders that send writes (and
 // revokes, and compactions) to the owner.
-func (s *Server) writeRoutes() (kv.Store, leasesvc.Lessor) {
+func (s *Server) writeRoutes() (kv.Evaluator, leasesvc.Lessor) {
 	if !s.cfg.ForwardWrites {
 		return s.store, s.lessor
 	}
@@ -286,7 +302,7 @@ func (s *Server) writeRoutes() (kv.Store, leasesvc.Lessor) {
 // startAutoCompaction runs --auto-compaction-mode/retention: every replica
 // samples revisions, the owner of writes compacts, through kvStore so that
 // a compaction races no ownership change.
-func (s *Server) startAutoCompaction(kvStore kv.Store) {
+func (s *Server) startAutoCompaction(kvStore kv.Evaluator) {
 	ac := s.cfg.AutoCompaction
 	if !ac.Enabled() {
 		return
@@ -305,7 +321,7 @@ func (s *Server) startAutoCompaction(kvStore kv.Store) {
 // write route.
 type compactStore struct {
 	store *mvcc.Store
-	kv.Store
+	kv.Evaluator
 }
 
 func (c compactStore) Rev(ctx context.Context) (int64, error) {
@@ -317,7 +333,7 @@ func (c compactStore) Rev(ctx context.Context) (int64, error) {
 // ends its streams (clients reconnect) before the gRPC server drains.
 func (s *Server) startWatch() error {
 	wc := s.cfg.Watch
-	wc.MaxRequestBytes, wc.Logger, wc.Observer = s.cfg.MaxRequestBytes, s.lg, s.Metrics()
+	wc.MaxMessageBytes, wc.Logger, wc.Observer = s.cfg.MaxRequestBytes+grpcOverheadBytes, s.lg, s.Metrics()
 	ws, err := watch.New(context.Background(), s.store, s.hdr, wc)
 	if err != nil {
 		return err

@@ -105,6 +105,30 @@ type Scanner interface {
 	Scan(begin, end []byte, fn func(key, value []byte) bool) error
 }
 
+// Scan visits up to limit key-value pairs of [begin, end) in key order (0:
+// no limit) until fn returns false: through tx's Scanner when it has one,
+// else over one GetRange. It is the one fallback, so every reader gets the
+// zero-copy path where the backend offers it and the same visits where not.
+func Scan(tx ReadTx, begin, end []byte, limit int, fn func(key, value []byte) bool) error {
+	if sc, ok := tx.(Scanner); ok {
+		n := 0
+		return sc.Scan(begin, end, func(k, v []byte) bool {
+			n++
+			return fn(k, v) && (limit <= 0 || n < limit)
+		})
+	}
+	kvs, err := tx.GetRange(begin, end, RangeOptions{Limit: limit})
+	if err != nil {
+		return err
+	}
+	for _, kv := range kvs {
+		if !fn(kv.Key, kv.Value) {
+			break
+		}
+	}
+	return nil
+}
+
 // Sizer is an optional capability: the approximate bytes the store uses on
 // disk, reported as etcd's db size.
 type Sizer interface {

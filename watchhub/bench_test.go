@@ -39,7 +39,7 @@ func BenchmarkDispatch(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				ev := &mvccpb.Event{Type: ev.Type, Kv: &mvccpb.KeyValue{Key: ev.Kv.Key, Value: ev.Kv.Value, ModRevision: int64(i + 2)}}
-				re := &revision{rev: int64(i + 2), full: []*Event{newEvent(ev)}}
+				re := &revEvents{rev: int64(i + 2), full: []*Event{newEvent(ev)}}
 				h.mu.Lock()
 				h.dispatch(re)
 				h.mu.Unlock()

@@ -9,12 +9,12 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 )
 
-// catchUp brings a stream's catching-up watchers to the hub's revision: it
+// catchUp brings a stream's unsynced watchers to the hub's revision: it
 // reads the revision log from the lowest revision any of them needs, up to
 // the hub's revision, in bounded batches shared by all of them, queues each
 // watcher's events (waiting for room: only this stream waits), and moves
 // every watcher that reached the hub's revision back into the index under
-// the hub's lock. It runs while the stream has watchers catching up.
+// the hub's lock. It runs while the stream has unsynced watchers.
 func (h *Hub) catchUp(st *Stream) {
 	defer h.wg.Done()
 	var ws []*Watcher
@@ -36,7 +36,7 @@ func (h *Hub) catchUp(st *Stream) {
 			if w.next > upTo {
 				// Caught up: the hub dispatches everything after upTo.
 				delete(st.unsynced, w)
-				w.state, w.slow = stateSynced, false
+				w.state, w.lagging = stateSynced, false
 				h.idx.add(w)
 				continue
 			}
@@ -82,8 +82,8 @@ func (h *Hub) catchUp(st *Stream) {
 
 // deliver queues each watcher's events of batch b, one response per watcher
 // with the batch's last revision as header revision (etcd answers a
-// catching-up watcher at the current revision). The watchers in ws are
-// catching up: only this goroutine moves their next revision, and a watcher
+// unsynced watcher at the current revision). The watchers in ws are
+// unsynced: only this goroutine moves their next revision, and a watcher
 // canceled meanwhile has its responses dropped by the queue.
 func (h *Hub) deliver(st *Stream, ws []*Watcher, b mvcc.EventBatch) bool {
 	ix := newIndex(false)
@@ -91,7 +91,7 @@ func (h *Hub) deliver(st *Stream, ws []*Watcher, b mvcc.EventBatch) bool {
 		ix.add(w)
 	}
 	var groups []*group
-	for _, re := range revisionsOf(b) {
+	for _, re := range revEventsOf(b) {
 		for i, ev := range re.full {
 			groups = ix.match(ev.PB.Kv.Key, groups[:0])
 			for _, g := range groups {

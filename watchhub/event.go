@@ -54,12 +54,12 @@ func (e *Event) Wire() []byte {
 // Rev is the event's revision.
 func (e *Event) Rev() int64 { return e.PB.Kv.ModRevision }
 
-// revision is one revision's events in the two shapes watchers take: full
+// revEvents is one revision's events in the two shapes watchers take: full
 // (with PrevKv where the key existed) and bare (without PrevKv), the bare
-// shape built lazily and only for events that have a PrevKv. A revision is
+// shape built lazily and only for events that have a PrevKv. A revEvents is
 // used by one goroutine at a time (the hub under its lock, or one stream's
 // catch-up), so the lazy fields need no locking.
-type revision struct {
+type revEvents struct {
 	rev     int64
 	prevKV  bool // read with previous values
 	full    []*Event
@@ -67,13 +67,13 @@ type revision struct {
 	bareAll bool
 }
 
-// revisionsOf wraps a batch read from the store. An event at the compaction
+// revEventsOf wraps a batch read from the store. An event at the compaction
 // revision loses its PrevKv, because etcd reads prev_kv at rev-1, which is
 // compacted.
-func revisionsOf(b mvcc.EventBatch) []*revision {
-	out := make([]*revision, 0, len(b.Revs))
+func revEventsOf(b mvcc.EventBatch) []*revEvents {
+	out := make([]*revEvents, 0, len(b.Revs))
 	for _, re := range b.Revs {
-		r := &revision{rev: re.Rev, prevKV: b.PrevKV, full: make([]*Event, len(re.Events))}
+		r := &revEvents{rev: re.Rev, prevKV: b.PrevKV, full: make([]*Event, len(re.Events))}
 		for i, ev := range re.Events {
 			if re.Rev <= b.Compacted {
 				ev.PrevKv = nil
@@ -85,7 +85,7 @@ func revisionsOf(b mvcc.EventBatch) []*revision {
 	return out
 }
 
-func (r *revision) bareAt(i int) *Event {
+func (r *revEvents) bareAt(i int) *Event {
 	e := r.full[i]
 	if e.PB.PrevKv == nil {
 		return e
@@ -99,7 +99,7 @@ func (r *revision) bareAt(i int) *Event {
 	return r.bare[i]
 }
 
-func (r *revision) at(i int, prevKV bool) *Event {
+func (r *revEvents) at(i int, prevKV bool) *Event {
 	if prevKV {
 		return r.full[i]
 	}
@@ -108,7 +108,7 @@ func (r *revision) at(i int, prevKV bool) *Event {
 
 // pick returns the events at hits, sharing the revision's own slice when a
 // watcher gets all of them.
-func (r *revision) pick(hits []int32, prevKV bool) []*Event {
+func (r *revEvents) pick(hits []int32, prevKV bool) []*Event {
 	if len(hits) == len(r.full) {
 		if prevKV {
 			return r.full

@@ -10,20 +10,20 @@
 //   - synced: in the hub's index; the hub puts their events straight into
 //     their stream's queue. A watcher's events are shared *Event values,
 //     never copied per watcher, each encoded at most once.
-//   - catching up (etcd's unsynced): its events come from the revision log,
-//     read by its stream's catch-up goroutine in batches shared by every
-//     watcher of the stream that is behind, until it reaches the hub's
-//     revision and rejoins the index under the hub's lock — so nothing is
-//     missed and nothing is sent twice.
-//   - slow (etcd's victims): a synced watcher whose stream queue is full
-//     when the hub has an event for it. The hub never waits: the watcher
-//     leaves the index and catches up from the revision log, at the pace of
-//     its stream. Every stream queue is bounded in entries and bytes.
+//   - unsynced: its events come from the revision log, read by its
+//     stream's catch-up goroutine in batches shared by every unsynced
+//     watcher of the stream, until it reaches the hub's revision and
+//     rejoins the index under the hub's lock — so nothing is missed and
+//     nothing is sent twice. A watcher created in the past starts here.
+//   - lagging (etcd's victims): a synced watcher whose stream queue was full
+//     when the hub had an event for it. The hub never waits: the watcher
+//     leaves the index and, unsynced, catches up from the revision log at the
+//     pace of its stream. Every stream queue is bounded in entries and bytes.
 //
 // Each stream's responses go through one FIFO queue, so a progress
 // notification (no events, header revision R) is queued only after every
 // event <= R of the stream's watchers: the answer to a progress request waits
-// until no watcher of the stream is catching up and every event up to the
+// until no watcher of the stream is unsynced and every event up to the
 // revision the store had when the request arrived has been queued — by the
 // hub, or, when the request's own read of the log shows that none of the
 // revisions the hub has yet to dispatch is for the stream, at once.
@@ -66,7 +66,7 @@ type Config struct {
 	ReadBytes int
 	// StreamEntries and StreamBytes bound the event responses queued on one
 	// stream (bytes approximate keys and values); a watcher whose stream is
-	// full falls back to catching up. One response is always accepted into
+	// full is lagging: it catches up from the revision log. One response is always accepted into
 	// an empty queue, however large.
 	StreamEntries int
 	StreamBytes   int
@@ -164,11 +164,11 @@ type Stats struct {
 	// Rev is the revision up to which events are dispatched; Head the
 	// newest committed revision the hub knows of.
 	Rev, Head int64
-	// Watchers by state: synced, catching up (new watchers starting in the
-	// past), slow (fell behind their stream), canceled for compaction but
-	// still registered.
-	Synced, Unsynced, Slow, Compacted int
-	Streams                           int
+	// Watchers by state: synced, unsynced (catching up from the revision
+	// log; lagging ones not counted), lagging (fell behind their stream,
+	// etcd's victims), canceled for compaction but still registered.
+	Synced, Unsynced, Lagging, Compacted int
+	Streams                              int
 	// Queued is the number of responses queued on all streams, QueuedBytes
 	// their approximate event bytes.
 	Queued, QueuedBytes int
@@ -181,8 +181,8 @@ func (h *Hub) Stats() Stats {
 	s := Stats{Rev: h.rev, Head: max(h.head, h.rev), Synced: h.idx.size, Streams: len(h.streams)}
 	for st := range h.streams {
 		for w := range st.unsynced {
-			if w.slow {
-				s.Slow++
+			if w.lagging {
+				s.Lagging++
 			} else {
 				s.Unsynced++
 			}
@@ -252,73 +252,89 @@ func (h *Hub) run() {
 	head := h.rev
 	for {
 		if head <= h.rev {
-			var err error
-			head, err = h.src.WaitRev(h.ctx, h.rev)
-			if err != nil {
-				if h.ctx.Err() != nil {
-					return
-				}
-				h.lg.Warn("watch hub: waiting for the next revision failed; retrying", zap.Error(err))
-				if !h.sleep() {
-					return
-				}
-				continue
-			}
-			h.mu.Lock()
-			h.head = max(h.head, head)
-			if h.idx.size == 0 {
-				// No synced watcher to hand events to: skip reading them. A
-				// watcher that joins later starts after h.rev or catches up
-				// from the log itself, so moving h.rev loses nothing.
-				h.setRev(head)
-				for st := range h.waiting {
-					h.answer(st)
-				}
-				h.mu.Unlock()
-				continue
-			}
-			h.mu.Unlock()
-		}
-		h.mu.Lock()
-		// Previous values are read only when a synced watcher wants them;
-		// one that joins meanwhile catches up instead (dispatch).
-		r := mvcc.WatchRead{From: h.rev + 1, MaxRevs: h.cfg.DispatchRevs, MaxBytes: h.cfg.ReadBytes, PrevKV: h.idx.prevKV > 0}
-		h.mu.Unlock()
-		b, err := h.src.ReadWatchEvents(h.ctx, r)
-		if errors.Is(err, mvcc.ErrCompacted) {
-			h.mu.Lock()
-			h.compactedBehind(b.Compacted)
-			h.mu.Unlock()
-			continue
-		}
-		if err != nil {
-			if h.ctx.Err() != nil {
+			next, read, ok := h.awaitHead()
+			if !ok {
 				return
 			}
-			h.lg.Warn("watch hub: reading the revision log failed; retrying", zap.Error(err))
-			if !h.sleep() {
-				return
+			head = next
+			if !read {
+				continue
 			}
-			continue
 		}
-		head = b.Head
-		for _, re := range revisionsOf(b) {
-			h.mu.Lock()
-			h.dispatch(re)
-			h.mu.Unlock()
+		var ok bool
+		if head, ok = h.readBatch(head); !ok {
+			return
 		}
-		h.mu.Lock()
-		h.head = max(h.head, b.Head)
-		h.setRev(b.To)
-		for st := range h.waiting {
-			h.answer(st)
-		}
-		h.mu.Unlock()
 	}
 }
 
+// awaitHead waits for a revision past the hub's and returns the head;
+// read says whether there are events to read up to it. With no synced
+// watcher to hand events to, it skips reading them: a watcher that joins
+// later starts after h.rev or catches up from the log itself, so moving
+// h.rev loses nothing. ok is false once the hub stops.
+func (h *Hub) awaitHead() (head int64, read, ok bool) {
+	head, err := h.src.WaitRev(h.ctx, h.rev)
+	if err != nil {
+		if h.ctx.Err() != nil {
+			return head, false, false
+		}
+		h.lg.Warn("watch hub: waiting for the next revision failed; retrying", zap.Error(err))
+		return head, false, h.sleep()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.head = max(h.head, head)
+	if h.idx.size > 0 {
+		return head, true, true
+	}
+	h.setRev(head)
+	for st := range h.waiting {
+		h.answer(st)
+	}
+	return head, false, true
+}
+
+// readBatch reads the next batch of the revision log, dispatches it and
+// returns the head it saw (head again when nothing was read). ok is false
+// once the hub stops.
+func (h *Hub) readBatch(head int64) (int64, bool) {
+	h.mu.Lock()
+	// Previous values are read only when a synced watcher wants them;
+	// one that joins meanwhile catches up instead (dispatch).
+	r := mvcc.WatchRead{From: h.rev + 1, MaxRevs: h.cfg.DispatchRevs, MaxBytes: h.cfg.ReadBytes, PrevKV: h.idx.prevKV > 0}
+	h.mu.Unlock()
+	b, err := h.src.ReadWatchEvents(h.ctx, r)
+	if errors.Is(err, mvcc.ErrCompacted) {
+		h.mu.Lock()
+		h.compactedBehind(b.Compacted)
+		h.mu.Unlock()
+		return head, true
+	}
+	if err != nil {
+		if h.ctx.Err() != nil {
+			return head, false
+		}
+		h.lg.Warn("watch hub: reading the revision log failed; retrying", zap.Error(err))
+		return head, h.sleep()
+	}
+	for _, re := range revEventsOf(b) {
+		h.mu.Lock()
+		h.dispatch(re)
+		h.mu.Unlock()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.head = max(h.head, b.Head)
+	h.setRev(b.To)
+	for st := range h.waiting {
+		h.answer(st)
+	}
+	return b.Head, true
+}
+
 // dispatch hands one revision to the synced watchers. The caller holds mu.
-func (h *Hub) dispatch(re *revision) {
+func (h *Hub) dispatch(re *revEvents) {
 	touched := h.touched[:0]
 	for i, ev := range re.full {
 		h.groups = h.idx.match(ev.PB.Kv.Key, h.groups[:0])
@@ -338,7 +354,7 @@ func (h *Hub) dispatch(re *revision) {
 	for _, w := range touched {
 		if w.prevKV && !re.prevKV {
 			// It joined after the read was planned without previous
-			// values: it reads them catching up.
+			// values: it reads them unsynced.
 			h.demote(w, re.rev, false)
 			continue
 		}
@@ -357,11 +373,11 @@ func (h *Hub) dispatch(re *revision) {
 }
 
 // demote takes a synced watcher out of the index to catch up from rev:
-// slow when its stream queue is full (etcd's victims), or because the hub
+// lagging when its stream queue is full (etcd's victims), or because the hub
 // read rev without the previous values it needs. The caller holds mu.
-func (h *Hub) demote(w *Watcher, rev int64, slow bool) {
+func (h *Hub) demote(w *Watcher, rev int64, lagging bool) {
 	h.idx.remove(w)
-	w.next, w.slow = rev, slow
+	w.next, w.lagging = rev, lagging
 	h.addUnsynced(w)
 }
 
@@ -398,7 +414,7 @@ func (h *Hub) compact(w *Watcher, compacted int64) {
 	w.st.pushControl(Response{Kind: KindCompacted, WatchID: w.id, CompactRev: compacted, Canceled: true})
 }
 
-// addUnsynced puts w among its stream's catching-up watchers and makes sure
+// addUnsynced puts w among its stream's unsynced watchers and makes sure
 // the stream's catch-up goroutine runs. The caller holds mu.
 func (h *Hub) addUnsynced(w *Watcher) {
 	st := w.st
@@ -454,7 +470,7 @@ const (
 // progressReady applies etcd's rule (progressIfSync) to a stream's pending
 // requests: every watcher synced and none with a start revision above the
 // revision the request saw. What etcd cannot be in (the hub behind the
-// store, a watcher catching up) waits; what etcd drops (no watchers, a
+// store, an unsynced watcher) waits; what etcd drops (no watchers, a
 // compacted watcher still registered, a watcher waiting for a future
 // revision) is dropped. The caller holds mu.
 func (h *Hub) progressReady(st *Stream) progressState {

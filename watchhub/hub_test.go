@@ -247,7 +247,7 @@ func TestSlowStreamIsolatedAndComplete(t *testing.T) {
 			t.Fatalf("stream %d: events differ", i)
 		}
 	}
-	if st := h.Stats(); st.Slow != 1 {
+	if st := h.Stats(); st.Lagging != 1 {
 		t.Fatalf("stats %+v, want the undrained watcher slow", st)
 	}
 	var slowGot []int64
@@ -263,7 +263,7 @@ func TestSlowStreamIsolatedAndComplete(t *testing.T) {
 	if fmt.Sprint(slowGot) != fmt.Sprint(all) {
 		t.Fatal("slow stream's events differ from the history")
 	}
-	waitFor(t, func() bool { st := h.Stats(); return st.Slow == 0 && st.Synced == streams+1 })
+	waitFor(t, func() bool { st := h.Stats(); return st.Lagging == 0 && st.Synced == streams+1 })
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -427,7 +427,7 @@ func TestStopEndsGoroutines(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, func() bool { return h.Stats().Slow+h.Stats().Unsynced > 0 })
+	waitFor(t, func() bool { return h.Stats().Lagging+h.Stats().Unsynced > 0 })
 	h.Stop()
 	for _, st := range streams {
 		st.Close()

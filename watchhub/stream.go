@@ -61,16 +61,16 @@ type Watcher struct {
 	noDelete   bool
 
 	// Guarded by the hub's mu.
-	state watcherState
-	next  int64 // the lowest revision the watcher still needs
-	slow  bool  // catching up because its stream queue was full
-	grp   *group
-	gpos  int
+	state   watcherState
+	next    int64 // the lowest revision the watcher still needs
+	lagging bool  // unsynced because its stream queue was full
+	grp     *group
+	gpos    int
 	// Dispatch scratch, used by the hub goroutine under mu.
 	hits   []int32
 	hitRev int64
 	// Catch-up scratch, used by the stream's catch-up goroutine while the
-	// watcher is catching up.
+	// watcher is unsynced.
 	cuEvents []*Event
 
 	// Guarded by the stream's qmu.
@@ -312,7 +312,7 @@ const (
 
 // quietThrough reports whether the stream may be told now that it has
 // every event up to b.Head although the hub has dispatched only up to
-// h.rev: no watcher is catching up, b holds every revision after h.rev up
+// h.rev: no watcher is unsynced, b holds every revision after h.rev up
 // to b.Head, that is enough for every pending request and watcher, and no
 // event of those revisions is for a watcher of the stream. The caller
 // holds mu.

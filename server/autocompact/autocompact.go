@@ -56,8 +56,9 @@ func (c Config) Enabled() bool {
 	return c.Period > 0
 }
 
-// Store is what the loop reads and compacts through.
-type Store interface {
+// Target is the key space the loop compacts: its revision, read, and its
+// compaction, through the write path.
+type Target interface {
 	// Rev is the current revision.
 	Rev(ctx context.Context) (int64, error)
 	// Compact is the write path's compaction (forwarded to the owner).
@@ -67,7 +68,7 @@ type Store interface {
 // Compactor runs the loop of one replica.
 type Compactor struct {
 	cfg   Config
-	store Store
+	store Target
 	owns  func() bool
 	lg    *zap.Logger
 
@@ -80,7 +81,7 @@ type Compactor struct {
 // Start runs the loop until Stop; owns reports whether this replica owns
 // writes now (the loop is paused while it does not). A disabled policy
 // starts nothing.
-func Start(cfg Config, store Store, owns func() bool) *Compactor {
+func Start(cfg Config, store Target, owns func() bool) *Compactor {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}

@@ -132,8 +132,9 @@ func forward[Req, Resp any](f *Forwarder, ctx context.Context, r Req,
 	return resp, f.result(ctx, err, trailer)
 }
 
-// KVStore is the KV service's store.
-type KVStore interface {
+// Evaluator evaluates the KV service's requests: kv.Evaluator, declared
+// again because server/kv imports errmap, which imports this package.
+type Evaluator interface {
 	Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
 	RangeChunk(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
 	Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error)
@@ -142,25 +143,25 @@ type KVStore interface {
 	Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error)
 }
 
-// KV is a KVStore whose writes go to the owner; reads stay here.
+// KV is an Evaluator whose writes go to the owner; reads stay here.
 type KV struct {
-	KVStore
+	Evaluator
 	f *Forwarder
 }
 
-var _ KVStore = (*KV)(nil)
+var _ Evaluator = (*KV)(nil)
 
 // KV wraps the local store.
-func (f *Forwarder) KV(local KVStore) *KV { return &KV{KVStore: local, f: f} }
+func (f *Forwarder) KV(local Evaluator) *KV { return &KV{Evaluator: local, f: f} }
 
 // Put forwards or commits a put.
 func (k *KV) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
-	return forward(k.f, ctx, r, k.KVStore.Put, func(p peer) unary[*pb.PutRequest, *pb.PutResponse] { return p.kv.Put })
+	return forward(k.f, ctx, r, k.Evaluator.Put, func(p peer) unary[*pb.PutRequest, *pb.PutResponse] { return p.kv.Put })
 }
 
 // DeleteRange forwards or commits a delete.
 func (k *KV) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	return forward(k.f, ctx, r, k.KVStore.DeleteRange,
+	return forward(k.f, ctx, r, k.Evaluator.DeleteRange,
 		func(p peer) unary[*pb.DeleteRangeRequest, *pb.DeleteRangeResponse] { return p.kv.DeleteRange })
 }
 
@@ -168,15 +169,15 @@ func (k *KV) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.Del
 // read-only ones run here.
 func (k *KV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	if mvcc.TxnReadOnly(r) {
-		return k.KVStore.Txn(ctx, r)
+		return k.Evaluator.Txn(ctx, r)
 	}
-	return forward(k.f, ctx, r, k.KVStore.Txn, func(p peer) unary[*pb.TxnRequest, *pb.TxnResponse] { return p.kv.Txn })
+	return forward(k.f, ctx, r, k.Evaluator.Txn, func(p peer) unary[*pb.TxnRequest, *pb.TxnResponse] { return p.kv.Txn })
 }
 
 // Compact forwards a compaction: it commits through the sequencer like a
 // write.
 func (k *KV) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	return forward(k.f, ctx, r, k.KVStore.Compact,
+	return forward(k.f, ctx, r, k.Evaluator.Compact,
 		func(p peer) unary[*pb.CompactionRequest, *pb.CompactionResponse] { return p.kv.Compact })
 }
 

@@ -20,8 +20,9 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/server/header"
 )
 
-// Store is what the KV service needs from the data model.
-type Store interface {
+// Evaluator evaluates the KV service's requests against the data model:
+// the local mvcc store, or the write forwarder in front of it.
+type Evaluator interface {
 	Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
 	// RangeChunk is Range without the total count, for streamed chunks.
 	RangeChunk(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
@@ -40,7 +41,7 @@ type Config struct {
 // Server implements pb.KVServer.
 type Server struct {
 	pb.UnsafeKVServer
-	store Store
+	store Evaluator
 	hdr   header.Filler
 	cfg   Config
 }
@@ -48,7 +49,7 @@ type Server struct {
 var _ pb.KVServer = (*Server)(nil)
 
 // New returns the KV service.
-func New(store Store, hdr header.Filler, cfg Config) *Server {
+func New(store Evaluator, hdr header.Filler, cfg Config) *Server {
 	return &Server{store: store, hdr: hdr, cfg: cfg}
 }
 

@@ -27,8 +27,9 @@ const Version = "3.6.16"
 // StorageVersion is the storage schema version etcd 3.6 reports.
 const StorageVersion = "3.6.0"
 
-// Store is what the service needs from the data model.
-type Store interface {
+// Hasher is what the service needs from the data model: the current and
+// compacted revisions, and etcd's hash of the key space.
+type Hasher interface {
 	Rev(ctx context.Context) (rev, compacted int64, err error)
 	HashKV(ctx context.Context, rev int64) (hash uint32, hashRev, compactRev int64, err error)
 }
@@ -73,7 +74,7 @@ type Quota interface {
 // Snapshotter are optional capabilities of the backend; nil when it lacks
 // them.
 type Config struct {
-	Store        Store
+	Store        Hasher
 	Header       header.Filler
 	Alarms       Alarms
 	Quota        Quota
@@ -87,7 +88,7 @@ type Config struct {
 type Server struct {
 	pb.UnsafeMaintenanceServer
 	cfg   Config
-	store Store
+	store Hasher
 	hdr   header.Filler
 }
 

@@ -70,8 +70,8 @@ type WatchStats struct {
 	// synced watcher. Their difference is the hub's lag.
 	CommittedRev, DispatchedRev int64
 	// Watchers by state: synced (at the tail), unsynced (catching up from
-	// history) and victims (slow: their send buffer was full).
-	Synced, Unsynced, Victims int
+	// history) and lagging (their stream's queue was full; etcd's victims).
+	Synced, Unsynced, Lagging int
 	// Streams is the number of open Watch streams.
 	Streams int
 }

@@ -96,7 +96,7 @@ func TestHooks(t *testing.T) {
 	m.LeaseExpired(4)
 	m.SetLeaseOwner(true)
 	m.SetWatchSource(func() metrics.WatchStats {
-		return metrics.WatchStats{CommittedRev: 100, DispatchedRev: 90, Synced: 5, Unsynced: 2, Victims: 1, Streams: 3}
+		return metrics.WatchStats{CommittedRev: 100, DispatchedRev: 90, Synced: 5, Unsynced: 2, Lagging: 1, Streams: 3}
 	})
 	for _, c := range []struct {
 		name   string

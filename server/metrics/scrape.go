@@ -91,12 +91,12 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if watchFn != nil {
 		w := watchFn()
-		gauge(ch, descWatchers, float64(w.Synced+w.Unsynced+w.Victims))
-		gauge(ch, descSlowWatchers, float64(w.Unsynced+w.Victims))
+		gauge(ch, descWatchers, float64(w.Synced+w.Unsynced+w.Lagging))
+		gauge(ch, descSlowWatchers, float64(w.Unsynced+w.Lagging))
 		gauge(ch, descStreams, float64(w.Streams))
 		gauge(ch, descWatchersByState, float64(w.Synced), "synced")
 		gauge(ch, descWatchersByState, float64(w.Unsynced), "unsynced")
-		gauge(ch, descWatchersByState, float64(w.Victims), "victim")
+		gauge(ch, descWatchersByState, float64(w.Lagging), "victim")
 		gauge(ch, descHubCommitted, float64(w.CommittedRev))
 		gauge(ch, descHubDispatched, float64(w.DispatchedRev))
 		gauge(ch, descHubLag, float64(max(w.CommittedRev-w.DispatchedRev, 0)))

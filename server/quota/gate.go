@@ -10,7 +10,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/server/kv"
-	leasesvc "github.com/fdb-etcd/fdb-etcd/server/lease"
+	"github.com/fdb-etcd/fdb-etcd/server/leasesvc"
 )
 
 // Alarms is the alarm store the gates consult and raise NOSPACE in.
@@ -116,12 +116,12 @@ func (a alarmed) refuse(adds bool) error {
 }
 
 // CappedStore refuses writes to next while alarms say so.
-func (g *Gate) CappedStore(next kv.Store) kv.Store {
-	return &cappedStore{Store: next, a: alarmed{g.c.alarms}}
+func (g *Gate) CappedStore(next kv.Evaluator) kv.Evaluator {
+	return &cappedStore{Evaluator: next, a: alarmed{g.c.alarms}}
 }
 
 type cappedStore struct {
-	kv.Store
+	kv.Evaluator
 	a alarmed
 }
 
@@ -129,14 +129,14 @@ func (s *cappedStore) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutRespons
 	if err := s.a.refuse(true); err != nil {
 		return nil, err
 	}
-	return s.Store.Put(ctx, r)
+	return s.Evaluator.Put(ctx, r)
 }
 
 func (s *cappedStore) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
 	if err := s.a.refuse(false); err != nil {
 		return nil, err
 	}
-	return s.Store.DeleteRange(ctx, r)
+	return s.Evaluator.DeleteRange(ctx, r)
 }
 
 // Txn: etcd answers a Txn of top-level ranges only without applying it, so
@@ -147,14 +147,14 @@ func (s *cappedStore) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnRespons
 			return nil, err
 		}
 	}
-	return s.Store.Txn(ctx, r)
+	return s.Evaluator.Txn(ctx, r)
 }
 
 func (s *cappedStore) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
 	if err := s.a.refuse(false); err != nil {
 		return nil, err
 	}
-	return s.Store.Compact(ctx, r)
+	return s.Evaluator.Compact(ctx, r)
 }
 
 // CappedLessor refuses grants and revokes to next while alarms say so.

@@ -196,7 +196,7 @@ func TestEtcd17529NoEventsLostUnderStarvation(t *testing.T) {
 	for i := range 100 {
 		all = append(all, put(t, c, fmt.Sprintf("s/%d", i%20), strings.Repeat("y", 200)))
 	}
-	if st := s.Watch().Hub().Stats(); st.Slow+st.Unsynced+st.Compacted == 0 {
+	if st := s.Watch().Hub().Stats(); st.Lagging+st.Unsynced+st.Compacted == 0 {
 		t.Fatalf("expected starved watchers while the stream is not read: %+v", st)
 	}
 	final := put(t, c, "s/last", "z")
@@ -501,7 +501,7 @@ func TestSlowConsumer(t *testing.T) {
 	t.Logf("%d reading watchers got all %d writes %v after the last write", len(fasts), writes, time.Since(start))
 
 	st := s.Watch().Hub().Stats()
-	if st.Slow+st.Unsynced == 0 {
+	if st.Lagging+st.Unsynced == 0 {
 		t.Fatalf("the non-reading stream's watcher is not catching up: %+v", st)
 	}
 	// Memory: what is queued is within the bounds (one oversized response
@@ -526,7 +526,7 @@ func TestSlowConsumer(t *testing.T) {
 		t.Fatal("the slow watcher's events differ from the history")
 	}
 	slow.none(200 * time.Millisecond)
-	if st := s.Watch().Hub().Stats(); st.Slow != 0 || st.Unsynced != 0 {
+	if st := s.Watch().Hub().Stats(); st.Lagging != 0 || st.Unsynced != 0 {
 		t.Fatalf("after draining, watchers still catching up: %+v", st)
 	}
 }

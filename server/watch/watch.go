@@ -23,11 +23,6 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/watchhub"
 )
 
-// grpcOverheadBytes is etcd's allowance above --max-request-bytes; a
-// fragmenting watcher's responses are split at the sum, as etcd splits them
-// (MaxRequestBytesWithOverhead).
-const grpcOverheadBytes = 512 * 1024
-
 // Config configures the service; the zero value is usable.
 type Config struct {
 	// ProgressNotifyInterval is etcd's
@@ -35,8 +30,11 @@ type Config struct {
 	// notifications for watchers created with progress_notify (default 10
 	// minutes, at least 100 ms, plus up to 10% jitter per stream).
 	ProgressNotifyInterval time.Duration
-	// MaxRequestBytes is --max-request-bytes (1.5 MiB by default).
-	MaxRequestBytes int
+	// MaxMessageBytes is the server's gRPC message limit, --max-request-bytes
+	// plus etcd's overhead (etcd's MaxRequestBytesWithOverhead, 2 MiB by
+	// default): a fragmenting watcher's responses are split at it, as etcd
+	// splits them.
+	MaxMessageBytes int
 	// Clock drives the progress tickers; nil is the real clock.
 	Clock progress.Clock
 	// Jitter returns a value in [0, n) to spread streams' progress ticks;
@@ -87,8 +85,8 @@ func New(ctx context.Context, src watchhub.Source, hdr header.Filler, cfg Config
 			zap.Duration("min-watch-progress-notify-interval", progress.MinInterval))
 		cfg.ProgressNotifyInterval = progress.MinInterval
 	}
-	if cfg.MaxRequestBytes <= 0 {
-		cfg.MaxRequestBytes = 1.5 * 1024 * 1024
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = 2 << 20
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = progress.RealClock()
@@ -118,7 +116,7 @@ func (s *Server) Stats() metrics.WatchStats {
 	st := s.hub.Stats()
 	return metrics.WatchStats{
 		CommittedRev: st.Head, DispatchedRev: st.Rev,
-		Synced: st.Synced, Unsynced: st.Unsynced, Victims: st.Slow,
+		Synced: st.Synced, Unsynced: st.Unsynced, Lagging: st.Lagging,
 		Streams: st.Streams,
 	}
 }
@@ -340,7 +338,7 @@ func (ss *stream) send(r *watchhub.Response) error {
 	if r.Kind != watchhub.KindEvents {
 		return ss.gs.Send(ss.message(r, nil, false))
 	}
-	limit := ss.srv.cfg.MaxRequestBytes + grpcOverheadBytes
+	limit := ss.srv.cfg.MaxMessageBytes
 	evs := r.Events
 	if !r.Fragment || len(evs) < 2 || ss.size(r, evs, false) < limit {
 		return ss.gs.Send(ss.message(r, evs, false))

@@ -229,19 +229,7 @@ func (t *tx) Scan(begin, end []byte, fn func(key, value []byte) bool) error {
 	if err := t.read(); err != nil {
 		return err
 	}
-	if sc, ok := t.r.(storage.Scanner); ok {
-		return sc.Scan(begin, end, fn)
-	}
-	kvs, err := t.r.GetRange(begin, end, storage.RangeOptions{})
-	if err != nil {
-		return err
-	}
-	for _, kv := range kvs {
-		if !fn(kv.Key, kv.Value) {
-			break
-		}
-	}
-	return nil
+	return storage.Scan(t.r, begin, end, 0, fn)
 }
 
 func (t *tx) fail(err error) {

@@ -60,6 +60,7 @@ var tests = []test{
 	{"GetRange", testGetRange},
 	{"GetRangePaging", testGetRangePaging},
 	{"Scanner", testScanner},
+	{"Scan", testScan},
 	{"KeyOrder", testKeyOrder},
 	{"ClearRange", testClearRange},
 	{"ReadYourWrites", testReadYourWrites},
@@ -512,6 +513,40 @@ func testGetManySorted(t *testing.T, db storage.DB) {
 	if !errors.Is(err, errRollback) {
 		t.Fatalf("Update returned %v, want the function's error", err)
 	}
+}
+
+// testScan checks storage.Scan, the readers' one way to visit a range: the
+// backend's Scanner where it has one, else GetRange, with the same visits.
+func testScan(t *testing.T, db storage.DB) {
+	state := map[string]string{"a": "1", "b": "2", "c": "3", "d": "4", "e": "5"}
+	update(t, db, func(tx storage.Tx) error {
+		for k, v := range state {
+			tx.Set(b(k), b(v))
+		}
+		return nil
+	})
+	view(t, db, func(tx storage.ReadTx) error {
+		for _, limit := range []int{0, 1, 3, 5, 10} {
+			var got []storage.KeyValue
+			err := storage.Scan(tx, b("a"), b("e"), limit, func(k, v []byte) bool {
+				got = append(got, storage.KeyValue{Key: bytes.Clone(k), Value: bytes.Clone(v)})
+				return true
+			})
+			if err != nil {
+				return err
+			}
+			wantKVs(t, fmt.Sprintf("Scan(a, e, limit %d)", limit), got, model(state, b("a"), b("e"), storage.RangeOptions{Limit: limit}))
+		}
+		calls := 0
+		err := storage.Scan(tx, all, allEnd, 4, func(k, v []byte) bool {
+			calls++
+			return calls < 2
+		})
+		if err == nil && calls != 2 {
+			t.Errorf("Scan called fn %d times after it returned false on call 2", calls)
+		}
+		return err
+	})
 }
 
 func testScanner(t *testing.T, db storage.DB) {

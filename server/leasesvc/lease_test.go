@@ -1,4 +1,4 @@
-package lease_test
+package leasesvc_test
 
 import (
 	"context"

@@ -1,6 +1,6 @@
-// Package lease is etcd's Lease service: each handler calls the lessor, maps
+// Package leasesvc is etcd's Lease service: each handler calls the lessor, maps
 // the error and fills the header, answering as etcd's v3rpc lease server does.
-package lease
+package leasesvc
 
 import (
 	"context"

@@ -1,0 +1,189 @@
+// Package groupcommit batches concurrent requests into one commit without a
+// goroutine of its own: the caller that finds no batch in progress commits
+// one itself (LevelDB's writer queue). Requests that arrive meanwhile queue
+// up, and when the batch is done its leader hands the lead to the oldest of
+// them, which commits everything queued so far in one batch. A lone caller
+// thus commits on its own goroutine, without two goroutine hand-offs per
+// request.
+//
+// The lessor's grants and renewals commit through it. The revision
+// sequencer's queue works the same way and adds what KV writes need (a
+// caller that gives up while queued leaves it; a batch that must wait for
+// another writer's staged write goes back to it); moving the sequencer onto
+// this package is the step that makes it the one group commit.
+package groupcommit
+
+import (
+	"context"
+	"slices"
+	"sync"
+)
+
+// Limits bound one batch: at most MaxBatch requests, and no request is
+// added once the batch holds MaxBytes (a first request larger than that
+// still makes a batch of its own). Zero means no bound.
+type Limits struct {
+	MaxBatch int
+	MaxBytes int
+}
+
+// Waiter is one queued request. The batch's committer answers it exactly
+// once, with Answer.
+type Waiter[Req, Resp any] struct {
+	Ctx  context.Context
+	Req  Req
+	Size int
+
+	out  chan result[Resp] // the answer; buffered
+	lead chan struct{}     // told to lead the next batch; buffered
+}
+
+type result[Resp any] struct {
+	resp Resp
+	err  error
+}
+
+// Answer gives the waiter its outcome; it never blocks.
+func (w *Waiter[Req, Resp]) Answer(resp Resp, err error) {
+	w.out <- result[Resp]{resp: resp, err: err}
+}
+
+// Queue is one group-commit queue. Its zero value is not usable: New.
+type Queue[Req, Resp any] struct {
+	limits     Limits
+	errStopped error
+
+	mu      sync.Mutex
+	waiting []*Waiter[Req, Resp] // queued, in arrival order; guarded by mu
+	leading bool                 // a caller is committing a batch; guarded by mu
+	stopped bool                 // guarded by mu
+	idle    *sync.Cond           // signalled when the lead is given up
+}
+
+// New returns a queue; requests submitted after Stop fail with errStopped.
+func New[Req, Resp any](limits Limits, errStopped error) *Queue[Req, Resp] {
+	q := &Queue[Req, Resp]{limits: limits, errStopped: errStopped}
+	q.idle = sync.NewCond(&q.mu)
+	return q
+}
+
+// Do queues req and waits for its answer. A caller that is given the lead
+// commits batches with commit, which must answer every waiter it is handed.
+// A request whose ctx ends before a batch takes it is answered with ctx's
+// error and never committed; once taken, it is decided whatever ctx does,
+// which keeps "did it apply?" answerable for the caller.
+func (q *Queue[Req, Resp]) Do(ctx context.Context, req Req, size int, commit func([]*Waiter[Req, Resp])) (Resp, error) {
+	var zero Resp
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	w := &Waiter[Req, Resp]{Ctx: ctx, Req: req, Size: size, out: make(chan result[Resp], 1), lead: make(chan struct{}, 1)}
+	q.mu.Lock()
+	if q.stopped {
+		q.mu.Unlock()
+		return zero, q.errStopped
+	}
+	q.waiting = append(q.waiting, w)
+	lead := !q.leading
+	q.leading = true
+	q.mu.Unlock()
+	done := ctx.Done()
+	for {
+		if lead {
+			q.lead(commit)
+		}
+		select {
+		case r := <-w.out:
+			return r.resp, r.err
+		case <-w.lead:
+			lead = true
+		case <-done:
+			if q.withdraw(w) {
+				return zero, ctx.Err()
+			}
+			done = nil // taken: its batch decides it
+		}
+	}
+}
+
+// withdraw takes w out of the queue if no batch has taken it yet, passing
+// on a lead it was given meanwhile.
+func (q *Queue[Req, Resp]) withdraw(w *Waiter[Req, Resp]) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	i := slices.Index(q.waiting, w)
+	if i < 0 {
+		return false
+	}
+	q.waiting = slices.Delete(q.waiting, i, i+1)
+	select {
+	case <-w.lead:
+		q.passLead()
+	default:
+	}
+	return true
+}
+
+// lead commits one batch from the front of the queue, then passes the lead
+// on.
+func (q *Queue[Req, Resp]) lead(commit func([]*Waiter[Req, Resp])) {
+	q.mu.Lock()
+	batch := q.take()
+	q.mu.Unlock()
+	if len(batch) > 0 {
+		commit(batch)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.passLead()
+}
+
+// passLead hands the lead to the oldest request still waiting, or gives it
+// up. The caller holds mu.
+func (q *Queue[Req, Resp]) passLead() {
+	if len(q.waiting) > 0 {
+		q.waiting[0].lead <- struct{}{}
+		return
+	}
+	q.leading = false
+	q.idle.Broadcast()
+}
+
+// take removes the next batch from the queue; the caller holds mu. Requests
+// whose context has ended are answered here, uncommitted.
+func (q *Queue[Req, Resp]) take() []*Waiter[Req, Resp] {
+	var batch []*Waiter[Req, Resp]
+	bytes, n := 0, 0
+	for n < len(q.waiting) && q.room(len(batch), bytes) {
+		w := q.waiting[n]
+		n++
+		if err := w.Ctx.Err(); err != nil {
+			var zero Resp
+			w.Answer(zero, err)
+			continue
+		}
+		batch = append(batch, w)
+		bytes += w.Size
+	}
+	clear(q.waiting[:n])
+	q.waiting = q.waiting[n:]
+	return batch
+}
+
+func (q *Queue[Req, Resp]) room(n, bytes int) bool {
+	if q.limits.MaxBatch > 0 && n >= q.limits.MaxBatch {
+		return false
+	}
+	return n == 0 || q.limits.MaxBytes <= 0 || bytes < q.limits.MaxBytes
+}
+
+// Stop fails later requests and waits until the requests already queued
+// have been decided.
+func (q *Queue[Req, Resp]) Stop() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.stopped = true
+	for q.leading {
+		q.idle.Wait()
+	}
+}
