@@ -165,6 +165,20 @@ conformance:
 	@if [ "$(CONFORMANCE_FDB)" = 0 ]; then echo "conformance: fdb-etcd on FoundationDB not run: $(if $(FDB_MISSING),$(FDB_MISSING),CONFORMANCE_FDB=0)"; fi
 	cd test/apiserver-conformance && CONFORMANCE_FDB=$(CONFORMANCE_FDB) ./hack/run.sh
 
+# conformance-fdb-faults runs kube-apiserver and a client-go workload
+# (writes, consistent LISTs, a watch, an informer) on three fdb-etcd replicas
+# on a five-process `double ssd-2` FoundationDB cluster while an fdbserver
+# storage process, the replica owning writes and (a forced recovery) every
+# fdbserver fail, and checks that nothing acknowledged was lost, no watch
+# skipped or relisted, and reports each fault's write unavailability
+# (TestFDBFaults; several minutes, so not part of make conformance).
+.PHONY: conformance-fdb-faults
+conformance-fdb-faults:
+	@if [ -n "$(FDB_MISSING)" ]; then echo "conformance-fdb-faults: FoundationDB is not installed: $(FDB_MISSING)" >&2; exit 1; fi
+	@kubebin="$${KUBE_BIN_DIR:-$$(cd test/apiserver-conformance && hack/build-kube.sh | tail -n1)}" && \
+	cd test/apiserver-conformance && CONFORMANCE_FDB=1 CONFORMANCE_FDB_FAULTS=1 KUBE_BIN_DIR="$$kubebin" \
+	$(GO) test -count=1 -timeout 30m -run '^TestFDBFaults$$' -v ./scenarios -args -report $(CURDIR)/test/apiserver-conformance/results/fdb-faults.md
+
 # conformance-dropin installs fdb-etcd as `etcd` on PATH and runs Kubernetes'
 # own integration tests (test/integration/apiserver and apimachinery of the
 # pinned release, through their unchanged framework) with it; own module

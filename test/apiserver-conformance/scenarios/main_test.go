@@ -89,7 +89,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	stopFDB(code != 0 || *flagKeep)
 	fdbetcd.Cleanup()
-	if len(res) > 0 || freshnessReport() != "" {
+	if len(res) > 0 || freshnessReport() != "" || faultsReport() != "" {
 		rep := report()
 		fmt.Print("\n" + rep)
 		if *flagReport != "" {
@@ -170,6 +170,7 @@ func report() string {
 		}
 	}
 	b.WriteString(freshnessReport())
+	b.WriteString(faultsReport())
 	return b.String()
 }
 

@@ -1,6 +1,7 @@
 package fdbetcd
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -234,4 +235,121 @@ func (f *FDB) Stop() {
 		}
 		p.cmd = nil
 	}
+}
+
+// Index returns the index of the process at addr (host:port), or -1.
+func (f *FDB) Index(addr string) int {
+	for i, p := range f.procs {
+		if p.addr == addr {
+			return i
+		}
+	}
+	return -1
+}
+
+// Health is the part of `status json` the fault scenarios wait on.
+type Health struct {
+	// Healthy: fully recovered and every shard at full replication.
+	Healthy bool
+	// Roles maps a role (master, cluster_controller, log, storage, ...) to
+	// the indices of the processes holding it.
+	Roles map[string][]int
+}
+
+type statusJSON struct {
+	Cluster struct {
+		RecoveryState struct {
+			Name string `json:"name"`
+		} `json:"recovery_state"`
+		Data struct {
+			State struct {
+				Healthy bool `json:"healthy"`
+			} `json:"state"`
+		} `json:"data"`
+		Processes map[string]struct {
+			Address string `json:"address"`
+			Roles   []struct {
+				Role string `json:"role"`
+			} `json:"roles"`
+		} `json:"processes"`
+	} `json:"cluster"`
+}
+
+// Status reads `status json`; while the cluster cannot answer, it reports
+// an unhealthy cluster with no roles.
+func (f *FDB) Status() Health {
+	h := Health{Roles: map[string][]int{}}
+	out, _ := f.CLI("status json")
+	start := strings.IndexByte(out, '{')
+	if start < 0 {
+		return h
+	}
+	var raw statusJSON
+	if json.Unmarshal([]byte(out[start:]), &raw) != nil {
+		return h
+	}
+	h.Healthy = raw.Cluster.RecoveryState.Name == "fully_recovered" && raw.Cluster.Data.State.Healthy
+	for _, p := range raw.Cluster.Processes {
+		if i := f.Index(p.Address); i >= 0 {
+			for _, r := range p.Roles {
+				h.Roles[r.Role] = append(h.Roles[r.Role], i)
+			}
+		}
+	}
+	return h
+}
+
+// WaitHealthy waits until the cluster is fully recovered and its data fully
+// replicated, so that the next fault meets a whole cluster.
+func (f *FDB) WaitHealthy(deadline time.Time) error {
+	for time.Now().Before(deadline) {
+		if f.Status().Healthy {
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+	return fmt.Errorf("FoundationDB not healthy before the deadline (files in %s)", f.root)
+}
+
+// rebootExitWait is how long a process asked to reboot has to exit.
+const rebootExitWait = 15 * time.Second
+
+// ForceRecovery reboots every process through `fdbcli kill; kill all`, as
+// an operator forces a recovery, and starts each again as soon as it has
+// exited (fdbmonitor's job in production). Commits in flight may answer
+// commit_unknown_result; commits wait until the recovery ends.
+func (f *FDB) ForceRecovery() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	addrs := make([]string, len(f.procs))
+	for i, p := range f.procs {
+		if p.cmd == nil {
+			return fmt.Errorf("fdbserver %d is not running", i)
+		}
+		addrs[i] = p.addr
+	}
+	// fdbcli sends the reboot requests without waiting for them, so it
+	// stays a moment; it may then linger with its cluster gone, so the
+	// processes are restarted while it runs.
+	cli := make(chan string, 1)
+	go func() {
+		out, _ := f.CLI("kill; kill " + strings.Join(addrs, " ") + "; sleep 1")
+		cli <- out
+	}()
+	var errs []error
+	for i, p := range f.procs {
+		select {
+		case <-p.done:
+		case <-time.After(rebootExitWait):
+			errs = append(errs, fmt.Errorf("fdbserver %d did not exit after fdbcli kill", i))
+			continue
+		}
+		p.cmd = nil
+		errs = append(errs, f.startProc(i))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w (fdbcli: %s)", err, <-cli)
+	}
+	<-cli
+	return nil
 }

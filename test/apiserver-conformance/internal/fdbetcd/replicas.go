@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Replicas are fdb-etcd processes sharing one keyspace of a FoundationDB
@@ -119,4 +120,22 @@ func StartReplicasT(t testing.TB, f *FDB, n int, o Options) *Replicas {
 		}
 	})
 	return r
+}
+
+// Kill stops replica i at once (SIGKILL), as a crash would.
+func (r *Replicas) Kill(i int) { r.Servers[i].Kill() }
+
+// Restart1 starts replica i again on its port and data directory after
+// Kill or Stop; the port may linger a moment after the old process.
+func (r *Replicas) Restart1(i int) error {
+	var err error
+	for try := 0; try < 20; try++ {
+		var s *Server
+		if s, err = Start(r.opts[i]); err == nil {
+			r.Servers[i] = s
+			return nil
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return err
 }
