@@ -266,6 +266,7 @@ type cluster struct {
 	saKey      string
 	kubeconfig string
 	apiserver  *proc
+	args, env  []string // kube-apiserver's command line and environment
 	kcm, sched *proc
 	started    time.Time
 	cfg        *rest.Config
@@ -393,11 +394,7 @@ func startCluster(t testing.TB, st *store, dir string) (*cluster, error) {
 		"--v=2",
 	}
 	env := []string{"KUBE_WATCHCACHE_CONSISTENCY_CHECKER=true"}
-	p, err := startProc("kube-apiserver", filepath.Join(kubeBinDir, "kube-apiserver"), args, env, filepath.Join(dir, "kube-apiserver.log"))
-	if err != nil {
-		return nil, err
-	}
-	c := &cluster{store: st, dir: dir, port: port, token: token, caFile: ca, saKey: saKey, apiserver: p, started: time.Now()}
+	c := &cluster{store: st, dir: dir, port: port, token: token, caFile: ca, saKey: saKey, args: args, env: env}
 	c.cfg = &rest.Config{
 		Host:            fmt.Sprintf("https://127.0.0.1:%d", port),
 		BearerToken:     token,
@@ -431,23 +428,41 @@ current-context: c
 	if err := os.WriteFile(c.kubeconfig, []byte(kc), 0o600); err != nil {
 		return nil, err
 	}
+	return c, c.startAPIServer(t)
+}
+
+// startAPIServer starts kube-apiserver with c.args and c.env (again, after
+// a stop: same port, certificates and log file) and waits until it is ready.
+func (c *cluster) startAPIServer(t testing.TB) error {
+	p, err := startProc("kube-apiserver", filepath.Join(kubeBinDir, "kube-apiserver"), c.args, c.env, filepath.Join(c.dir, "kube-apiserver.log"))
+	if err != nil {
+		return err
+	}
+	c.apiserver, c.started = p, time.Now()
+	return c.waitReady(t)
+}
+
+// waitReady waits (three minutes at most) until kube-apiserver answers
+// /readyz with ok.
+func (c *cluster) waitReady(t testing.TB) error {
+	p := c.apiserver
 	start := time.Now()
 	deadline := start.Add(3 * time.Minute)
 	for {
 		if p.exited() {
-			return c, fmt.Errorf("kube-apiserver exited: %v\n%s", p.err, tail(p.log(), 4000))
+			return fmt.Errorf("kube-apiserver exited: %v\n%s", p.err, tail(p.log(), 4000))
 		}
 		body, err := c.client.CoreV1().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
 		if err == nil && string(body) == "ok" {
 			break
 		}
 		if time.Now().After(deadline) {
-			return c, fmt.Errorf("kube-apiserver not ready after %v: %v %s", time.Since(start), err, body)
+			return fmt.Errorf("kube-apiserver not ready after %v: %v %s", time.Since(start), err, body)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	t.Logf("kube-apiserver on %s ready in %v (https://127.0.0.1:%d)", st.name, time.Since(start).Round(time.Millisecond), port)
-	return c, nil
+	t.Logf("kube-apiserver on %s ready in %v (https://127.0.0.1:%d)", c.store.name, time.Since(start).Round(time.Millisecond), c.port)
+	return nil
 }
 
 // startControlPlane adds kube-controller-manager and kube-scheduler.

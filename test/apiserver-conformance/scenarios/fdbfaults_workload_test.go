@@ -52,11 +52,16 @@ type event struct {
 // workload drives the apiserver and records what it answered. mu guards
 // everything below it; the counters are atomic.
 type workload struct {
+	ctx                  context.Context // the watch's and the informer's
 	cancelWrites, cancel context.CancelFunc
 	writes, wg           sync.WaitGroup // the writers and the lister; the watch and the informer
 	inf                  cache.SharedIndexInformer
 
 	infLists atomic.Int64 // LISTs (and initial-events watches) the informer made
+	// downtime is set while the apiserver is stopped on purpose (a
+	// cut-over): watch errors then are expected, except an expired
+	// resourceVersion, which would make a reflector relist.
+	downtime atomic.Bool
 
 	mu        sync.Mutex
 	lists     int64 // consistent LISTs answered
@@ -83,7 +88,7 @@ func watchClient(t *testing.T, c *cluster) kubernetes.Interface {
 func startWorkload(t *testing.T, c *cluster) *workload {
 	ctx, cancel := context.WithCancel(context.Background())
 	wctx, cancelWrites := context.WithCancel(ctx)
-	w := &workload{cancel: cancel, cancelWrites: cancelWrites}
+	w := &workload{ctx: ctx, cancel: cancel, cancelWrites: cancelWrites}
 	l, err := c.client.CoreV1().ConfigMaps(faultNS).List(ctxT(t, time.Minute), metav1.ListOptions{})
 	must(t, err, "first list")
 	w.watchRV = l.ResourceVersion
@@ -91,7 +96,7 @@ func startWorkload(t *testing.T, c *cluster) *workload {
 	w.startInformer(t, ctx, wc)
 	for id := 0; id < faultWriters; id++ {
 		w.writes.Add(1)
-		go func() { defer w.writes.Done(); w.write(wctx, c, id) }()
+		go func() { defer w.writes.Done(); w.write(wctx, c, id, faultObjects, 0) }()
 	}
 	w.writes.Add(1)
 	go func() { defer w.writes.Done(); w.list(wctx, c) }()
@@ -108,6 +113,21 @@ func (w *workload) stopWrites() {
 	w.writes.Wait()
 }
 
+// resumeWrites starts the writers and the lister again after stopWrites:
+// generation gen (part of every value, so that each write's value is its
+// own) over objects ConfigMaps per writer, the first ones updated, any more
+// created.
+func (w *workload) resumeWrites(c *cluster, objects, gen int) {
+	wctx, cancelWrites := context.WithCancel(w.ctx)
+	w.cancelWrites = cancelWrites
+	for id := 0; id < faultWriters; id++ {
+		w.writes.Add(1)
+		go func() { defer w.writes.Done(); w.write(wctx, c, id, objects, gen) }()
+	}
+	w.writes.Add(1)
+	go func() { defer w.writes.Done(); w.list(wctx, c) }()
+}
+
 func (w *workload) stop() {
 	w.stopWrites()
 	w.cancel()
@@ -121,7 +141,7 @@ func (w *workload) anomaly(format string, args ...any) {
 }
 
 // write creates, then updates, its writer's ConfigMaps in turn.
-func (w *workload) write(ctx context.Context, c *cluster, id int) {
+func (w *workload) write(ctx context.Context, c *cluster, id, objects, gen int) {
 	created := map[string]bool{}
 	tick := time.NewTicker(faultPacing)
 	defer tick.Stop()
@@ -131,7 +151,10 @@ func (w *workload) write(ctx context.Context, c *cluster, id int) {
 			return
 		case <-tick.C:
 		}
-		name, v := fmt.Sprintf("w%d-%d", id, i%faultObjects), fmt.Sprintf("%d-%d", id, i)
+		name, v := fmt.Sprintf("w%d-%d", id, i%objects), fmt.Sprintf("%d-%d", id, i)
+		if gen > 0 {
+			v = fmt.Sprintf("g%d-%s", gen, v)
+		}
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": v}}
 		// Not under ctx: stopping the workload lets a write in flight end,
 		// so that every write's outcome is known.
@@ -213,9 +236,12 @@ func (w *workload) watch(ctx context.Context, cs kubernetes.Interface) {
 		w.streams++
 		w.mu.Unlock()
 		if err != nil {
+			expired := apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
 			if ctx.Err() == nil {
-				w.anomaly("opening a watch at %s: %v", rv, err)
-				w.relistWatch(ctx, cs, apierrors.IsResourceExpired(err) || apierrors.IsGone(err))
+				if expired || !w.downtime.Load() {
+					w.anomaly("opening a watch at %s: %v", rv, err)
+				}
+				w.relistWatch(ctx, cs, expired)
 				time.Sleep(faultListGap)
 			}
 			continue
@@ -233,7 +259,11 @@ func (w *workload) drain(ctx context.Context, wi watch.Interface) bool {
 			if ctx.Err() != nil {
 				return false // the workload's end
 			}
-			w.anomaly("watch error event: %v", apierrors.FromObject(ev.Object))
+			err := apierrors.FromObject(ev.Object)
+			if w.downtime.Load() && !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+				return false // the apiserver going down: watch again from the last resourceVersion
+			}
+			w.anomaly("watch error event: %v", err)
 			return true
 		}
 		cm, ok := ev.Object.(*corev1.ConfigMap)
@@ -284,7 +314,8 @@ func (w *workload) startInformer(t *testing.T, ctx context.Context, cs kubernete
 	}
 	w.inf = cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
 	must(t, w.inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		if !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+		expired := apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+		if !errors.Is(err, context.Canceled) && ctx.Err() == nil && (expired || !w.downtime.Load()) {
 			w.anomaly("informer watch error: %v", err)
 		}
 	}), "watch error handler")
