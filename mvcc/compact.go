@@ -221,8 +221,8 @@ func (s *Store) compactTarget(ctx context.Context, seen markerSeen) (int64, time
 		if err != nil {
 			return err
 		}
-		if c, err = decodeCompaction(v); err != nil || s.cfg.SoleWriter {
-			return err
+		if c, err = decodeCompaction(v); err != nil || s.cfg.SoleWriter || c.Requested <= c.Finished {
+			return err // nothing to wait for: no marker to read
 		}
 		markers, more, err = revision.ReplayableMarkers(tx, maxMarkers)
 		return err

@@ -54,16 +54,17 @@ func (c *Counts) add(o Counts) {
 	c.BytesWritten += o.BytesWritten
 }
 
-// DB counts the work done through it. It passes storage.Sizer through.
+// DB counts the work done through it. WaitChange (not a transaction) and
+// Close go to the wrapped DB; storage.Sizer passes through.
 type DB struct {
-	inner storage.DB
+	storage.DB
 
 	mu    sync.Mutex
 	total Counts // guarded by mu
 }
 
 // Wrap counts the transactions run through the returned DB on inner.
-func Wrap(inner storage.DB) *DB { return &DB{inner: inner} }
+func Wrap(inner storage.DB) *DB { return &DB{DB: inner} }
 
 // Reset returns the counts so far and starts again from zero.
 func (d *DB) Reset() Counts {
@@ -83,7 +84,7 @@ func (d *DB) record(c Counts) {
 // Update counts every attempt of fn, the failed ones too: each cost its
 // round trips.
 func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
-	return d.inner.Update(ctx, func(inner storage.Tx) error {
+	return d.DB.Update(ctx, func(inner storage.Tx) error {
 		t := &tx{r: inner, w: inner}
 		err := fn(t.wrap())
 		t.c.Attempts = 1
@@ -100,7 +101,7 @@ func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 
 // View counts every attempt of fn.
 func (d *DB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
-	return d.inner.View(ctx, func(inner storage.ReadTx) error {
+	return d.DB.View(ctx, func(inner storage.ReadTx) error {
 		t := &tx{r: inner}
 		err := fn(t.wrap())
 		t.c.Attempts = 1
@@ -112,17 +113,9 @@ func (d *DB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
 	})
 }
 
-// WaitChange is not a transaction; it is not counted.
-func (d *DB) WaitChange(ctx context.Context, key, seen []byte) error {
-	return d.inner.WaitChange(ctx, key, seen)
-}
-
-// Close closes the inner DB.
-func (d *DB) Close() error { return d.inner.Close() }
-
-// Size passes the inner DB's size through, or reports none.
+// Size passes the wrapped DB's size through, or reports none.
 func (d *DB) Size() (int64, error) {
-	if s, ok := d.inner.(storage.Sizer); ok {
+	if s, ok := d.DB.(storage.Sizer); ok {
 		return s.Size()
 	}
 	return 0, nil
