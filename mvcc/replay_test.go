@@ -10,6 +10,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/clock/fakeclock"
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/storage"
@@ -229,24 +230,6 @@ func openInternal(t *testing.T, db storage.DB, cfg Config) *Store {
 	return s
 }
 
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // TestPhysicalCompactionWaitsOutReplays: on storage other processes may
 // write, physical compaction does not reach below the base of a batch that
 // may still be replayed — a marker seen for less than the replay window —
@@ -254,7 +237,7 @@ func (c *fakeClock) advance(d time.Duration) {
 // this store's own batches are decided.
 func TestPhysicalCompactionWaitsOutReplays(t *testing.T) {
 	ctx := context.Background()
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := fakeclock.New(time.Unix(1000, 0))
 	db := testdb.Open(t)
 	s := openInternal(t, db, Config{Now: clock.Now})
 	other := openInternal(t, db, Config{Now: clock.Now})
@@ -277,11 +260,11 @@ func TestPhysicalCompactionWaitsOutReplays(t *testing.T) {
 	if err != nil || target != 1 || later != window {
 		t.Fatalf("right after the request: target %d, wait %v (%v), want 1 (the other writer's base) and %v", target, later, err, window)
 	}
-	clock.advance(window - time.Millisecond)
+	clock.Advance(window - time.Millisecond)
 	if target, later, err = s.compactTarget(ctx, seen); err != nil || target != 1 || later != time.Millisecond {
 		t.Fatalf("just before the window passed: target %d, wait %v (%v)", target, later, err)
 	}
-	clock.advance(time.Millisecond)
+	clock.Advance(time.Millisecond)
 	if target, later, err = s.compactTarget(ctx, seen); err != nil || target != 5 || later != 0 {
 		t.Fatalf("once the window passed: target %d, wait %v (%v), want 5 and 0", target, later, err)
 	}

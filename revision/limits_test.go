@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/clock/fakeclock"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/revision"
 	"github.com/fdb-etcd/fdb-etcd/storage"
@@ -130,29 +131,11 @@ func TestCommitTimeout(t *testing.T) {
 	}
 }
 
-// stepClock is a clock that only moves when told to.
-type stepClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *stepClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // slow is a request that takes a second of the clock to evaluate, and
 // counts its evaluations.
 type slow struct {
 	key
-	clock *stepClock
+	clock *fakeclock.Clock
 	count *evaluations
 }
 
@@ -162,7 +145,7 @@ type evaluations struct {
 }
 
 func (r slow) Apply(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID) (int64, bool, error, error) {
-	r.clock.advance(time.Second)
+	r.clock.Advance(time.Second)
 	r.count.mu.Lock()
 	r.count.n[r.key]++
 	r.count.mu.Unlock()
@@ -176,7 +159,7 @@ func (r slow) Apply(tx storage.Tx, env *revision.Env, rev int64, id revision.Req
 // own (a batch of 1,024 requests could hold the sequencer ten times as
 // long).
 func TestCutBatchKeepsItsDeadline(t *testing.T) {
-	clock := &stepClock{now: time.Unix(1e9, 0)}
+	clock := fakeclock.New(time.Unix(1e9, 0))
 	g := gate{holding: make(chan struct{}, 1), release: make(chan struct{})}
 	count := &evaluations{n: map[key]int{}}
 	db := faulty.Wrap(openDB(t), faulty.Options{})
