@@ -185,3 +185,39 @@ func BenchmarkPutConcurrent(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkRangeConcurrent is 256 clients' 1-key Ranges, linearizable and
+// serializable, on the store testdb gives (FoundationDB with
+// FDB_ETCD_TEST_BACKEND=fdb): what a read costs when its read version is
+// shared with the reads that arrived with it, or, serializable, reused
+// from a few milliseconds before.
+func BenchmarkRangeConcurrent(b *testing.B) {
+	s, err := mvcc.Open(testdb.Open(b), mvcc.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	ctx := context.Background()
+	for i := range 256 {
+		if _, err := s.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "/k/%03d", i), Value: make([]byte, 256)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, serializable := range []bool{false, true} {
+		name := map[bool]string{false: "linearizable", true: "serializable"}[serializable]
+		b.Run(name, func(b *testing.B) {
+			var n atomic.Int64
+			b.SetParallelism(256 / runtime.GOMAXPROCS(0))
+			b.RunParallel(func(p *testing.PB) {
+				for p.Next() {
+					key := fmt.Appendf(nil, "/k/%03d", n.Add(1)%256)
+					r, err := s.Range(ctx, &pb.RangeRequest{Key: key, Serializable: serializable})
+					if err != nil || len(r.Kvs) != 1 {
+						b.Errorf("range %s: %v, %v", key, r, err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
