@@ -72,7 +72,7 @@ type env struct {
 
 // startRouter serves a router on loopback over a fresh shared store, with
 // a real TLS configuration that requires client certificates.
-func startRouter(t testing.TB, autoCreate bool) *env {
+func startRouter(t testing.TB, autoCreate bool, opts ...func(*Config)) *env {
 	ca := tlstest.NewCA(t, "tenant-test-ca")
 	files := tlstest.Write(t, t.TempDir(), ca.Server(t, "localhost"), ca)
 	rl, err := tlsconfig.New(tlsconfig.Config{CertFile: files.Cert, KeyFile: files.Key,
@@ -87,8 +87,12 @@ func startRouter(t testing.TB, autoCreate bool) *env {
 	}
 	sc.MVCC.SoleWriter = testdb.Backend() == "pebble"
 	timers := &idleTimers{}
-	r, err := NewRouter(Config{Server: sc, TLS: rl.ServerConfig(), AutoCreate: autoCreate,
-		AfterFunc: timers.AfterFunc, Logger: sc.Logger}, db)
+	cfg := Config{Server: sc, TLS: rl.ServerConfig(), AutoCreate: autoCreate,
+		AfterFunc: timers.AfterFunc, Logger: sc.Logger}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r, err := NewRouter(cfg, db)
 	if err != nil {
 		t.Fatal(err)
 	}
