@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
 	"google.golang.org/grpc"
 
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
