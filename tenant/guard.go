@@ -37,6 +37,7 @@ type guard struct {
 	label string // the tenant's metrics label (Metrics.label)
 	db    *DB
 	m     *Metrics
+	reqs  *series // the tenant's request series in m
 	now   func() time.Time
 	// bytes is the byte quota of the tenant's server; serverBytes the
 	// server's own --quota-backend-bytes, for a tenant without its own.
@@ -53,7 +54,7 @@ type guard struct {
 }
 
 func newGuard(name, label string, db *DB, m *Metrics, now func() time.Time, serverBytes int64) *guard {
-	g := &guard{name: name, label: label, db: db, m: m, now: now, serverBytes: serverBytes}
+	g := &guard{name: name, label: label, db: db, m: m, reqs: m.series(label), now: now, serverBytes: serverBytes}
 	g.bytes = quota.NewLimit(g.bytesOf(db.Quotas()))
 	return g
 }
@@ -90,7 +91,7 @@ func (g *guard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	if h, ok := resp.(interface{ GetHeader() *pb.ResponseHeader }); ok && err == nil {
 		g.sawRevision(h.GetHeader().GetRevision())
 	}
-	g.m.request(g.label, info.FullMethod, err, g.now().Sub(start))
+	g.reqs.request(info.FullMethod, err, g.now().Sub(start))
 	return resp, err
 }
 
