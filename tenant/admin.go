@@ -148,7 +148,7 @@ func fromStatus(err error) error {
 	}
 	for _, e := range adminErrors {
 		if st.Code() == e.code && (e.code != codes.InvalidArgument || strings.HasPrefix(st.Message(), e.err.Error())) {
-			return fmt.Errorf("%w (%s)", e.err, st.Message())
+			return fmt.Errorf("%w%s", e.err, strings.TrimPrefix(st.Message(), e.err.Error()))
 		}
 	}
 	return err
