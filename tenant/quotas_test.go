@@ -1,10 +1,12 @@
 package tenant
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/clock/fakeclock"
+	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
+	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
 // withClock runs the router's quotas on a clock the test moves.
@@ -207,5 +212,51 @@ func TestInvalidQuotas(t *testing.T) {
 	}
 	if r := must(reg.Get(ctx, "ok"))(t); r.Quotas != (Quotas{}) {
 		t.Fatalf("a refused change left %+v", r.Quotas)
+	}
+}
+
+// countingWaits counts the WaitChange calls on one key of the shared store.
+type countingWaits struct {
+	storage.DB
+	key   []byte
+	waits atomic.Int64
+}
+
+func (c *countingWaits) WaitChange(ctx context.Context, key, seen []byte) error {
+	if bytes.Equal(key, c.key) {
+		c.waits.Add(1)
+	}
+	return c.DB.WaitChange(ctx, key, seen)
+}
+
+// TestQuotaChangeWakesOnce: the live marker now changes with the quotas,
+// and the running server's deletion watch waits again from the new value:
+// one wait per change, not a spin on a value the marker no longer has.
+func TestQuotaChangeWakesOnce(t *testing.T) {
+	db := &countingWaits{DB: testdb.Open(t)}
+	e := startRouterOn(t, db, false)
+	ctx := ctxT(t)
+	rec := must(e.router.Registry().Create(ctx, "w", 0))(t)
+	db.key = keyspace.TenantLive(rec.ID)
+	cli := e.client("w")
+	must(cli.Put(ctx, "k", "v"))(t)
+	const changes = 3
+	for i := range int64(changes) {
+		keys := i + 1
+		if _, err := e.router.Registry().ChangeQuotas(ctx, "w", QuotaChange{Keys: &keys}); err != nil {
+			t.Fatal(err)
+		}
+		must(cli.Get(ctx, "k"))(t)
+	}
+	must(0, e.router.Registry().Delete(ctx, "w"))(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for e.router.Running() != 0 { // the watch has seen the delete and returned
+		if time.Now().After(deadline) {
+			t.Fatal("the deleted tenant's server never stopped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := db.waits.Load(); n > 1+changes {
+		t.Fatalf("%d waits on the live marker for %d quota changes, want at most %d", n, changes, 1+changes)
 	}
 }
