@@ -113,6 +113,11 @@ type Config struct {
 	// DisableGRPCGateway turns off the /v3/ JSON gateway on the client port
 	// (etcd's --enable-grpc-gateway=false).
 	DisableGRPCGateway bool
+	// GRPCOptions are added after the server's own: interceptors given
+	// here run inside the metrics and request-log interceptors, so what
+	// they refuse is counted and logged like any other error. Package
+	// tenant adds its quotas here.
+	GRPCOptions []grpc.ServerOption
 }
 
 // Defaults fills zero fields with etcd's defaults.
@@ -230,7 +235,7 @@ func (s *Server) abort() {
 
 func (s *Server) grpcOptions() []grpc.ServerOption {
 	cfg := &s.cfg
-	return append(s.ops.grpcOptions(cfg),
+	return append(append(s.ops.grpcOptions(cfg),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
@@ -248,7 +253,7 @@ func (s *Server) grpcOptions() []grpc.ServerOption {
 			Time:    cfg.GRPCKeepAliveInterval,
 			Timeout: cfg.GRPCKeepAliveTimeout,
 		}),
-	)
+	), cfg.GRPCOptions...)
 }
 
 // startOwnership starts this replica's part in the election of the owner
