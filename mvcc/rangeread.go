@@ -62,10 +62,10 @@ type rangeScan struct {
 	// valuesInPage: every kept key is returned (no filter, key order), so
 	// each page's transaction reads its keys' values too.
 	valuesInPage bool
-	cached    int64
-	kept      []*entry
-	count     int
-	cursor    []byte
+	cached       int64
+	kept         []*entry
+	count        int
+	cursor       []byte
 }
 
 // pageResult is what one read transaction found; it is applied to the scan
