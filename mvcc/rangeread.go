@@ -137,7 +137,9 @@ func (q *rangeScan) readPage(tx storage.ReadTx, counts *countCache, first bool) 
 	if q.end == nil {
 		single = r.Key
 	}
-	h, c, latest, err := readStateAnd(tx, single)
+	// At the head, so does its newest version, usually the one it returns.
+	newest := single != nil && r.Revision <= 0 && !r.KeysOnly && !r.CountOnly
+	h, c, key, err := readStateAnd(tx, single, newest)
 	if err != nil {
 		return res, err
 	}
@@ -167,7 +169,7 @@ func (q *rangeScan) readPage(tx storage.ReadTx, counts *countCache, first bool) 
 	if r.CountOnly && !scanCount {
 		return res, nil
 	}
-	if err := q.collect(tx, &res, scanCount, latest); err != nil {
+	if err := q.collect(tx, &res, scanCount, key); err != nil {
 		return res, err
 	}
 	if q.valuesHere(first, res) {
@@ -194,9 +196,9 @@ func (q *rangeScan) valuesHere(first bool, res pageResult) bool {
 	}
 }
 
-// collect reads the live keys of one page at res.rev into res; latest is
-// the key's latest entry when the range is a single key.
-func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool, latest []byte) error {
+// collect reads the live keys of one page at res.rev into res; key is what
+// the state's round trip read of the key when the range is a single key.
+func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool, key keyAtHead) error {
 	want := func() bool { return q.keep < 0 || len(q.kept)+len(res.entries) < q.keep }
 	visit := func(key []byte, m meta, ver *version) bool {
 		res.counted++
@@ -206,7 +208,10 @@ func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool, 
 		return scanCount || want()
 	}
 	if q.end == nil {
-		e, err := entryAt(tx, q.r.Key, latest, res.rev)
+		e, err := entryAt(tx, q.r.Key, key.latest, res.rev)
+		if err == nil {
+			err = key.withVersion(e)
+		}
 		if e != nil {
 			visit(e.key, e.meta, e.ver)
 		}
