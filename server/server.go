@@ -28,6 +28,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/owner"
+	"github.com/fdb-etcd/fdb-etcd/progress"
 	"github.com/fdb-etcd/fdb-etcd/server/autocompact"
 	"github.com/fdb-etcd/fdb-etcd/server/cluster"
 	"github.com/fdb-etcd/fdb-etcd/server/forward"
@@ -207,7 +208,7 @@ func New(cfg Config, db storage.DB) (_ *Server, err error) {
 			s.abort()
 		}
 	}()
-	s.hdr = header.Filler{ClusterID: clusterID, MemberID: memberID(clusterID, cfg.Name)}
+	s.hdr = header.Filler{ClusterID: clusterID, MemberID: memberID(clusterID, cfg.Name), Served: &progress.Served{}}
 	s.startOwnership()
 	s.grpc = grpc.NewServer(s.grpcOptions()...)
 	kvStore, lessor := s.writeRoutes()
@@ -339,6 +340,10 @@ func (c compactStore) Rev(ctx context.Context) (int64, error) {
 func (s *Server) startWatch() error {
 	wc := s.cfg.Watch
 	wc.MaxMessageBytes, wc.Logger, wc.Observer = s.cfg.MaxRequestBytes+grpcOverheadBytes, s.lg, s.Metrics()
+	wc.Hub.Served = s.hdr.Served
+	if sw, ok := s.db.(storage.SoleWriter); ok {
+		wc.Hub.SoleWriter = sw.SoleWriter()
+	}
 	ws, err := watch.New(context.Background(), s.store, s.hdr, wc)
 	if err != nil {
 		return err

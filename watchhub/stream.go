@@ -268,13 +268,22 @@ func (h *Hub) detach(w *Watcher) {
 
 // RequestProgress handles a WatchProgressRequest: the answer (watch id -1) is
 // queued once every watcher of the stream has been sent every event up to
-// the store's current revision; see Hub.progressReady for when it is dropped
-// instead. It reads, in one transaction, the store's head and the keys of
-// the revisions the hub has not dispatched yet: when none of them concerns
-// the stream's (synced) watchers, the answer is queued at once rather than
-// behind the hub's reading and dispatching of those revisions — work for
-// other streams, and on the embedded store the commit of a write this
-// stream does not watch.
+// a revision no lower than any this process has told a client of, and, on a
+// store other processes write too, a notification follows at the store's
+// revision when the request arrived if that is newer; see
+// Hub.progressReady for when it is dropped instead.
+//
+// When the hub has dispatched every revision the process has put in a
+// response header (Config.Served), the answer is queued at once from
+// memory, as etcd answers; kube-apiserver's consistent reads wait for one
+// after each Range, so that is most of their latency. Otherwise, or to
+// learn of revisions other processes committed, the request reads, in one
+// transaction, the store's head and the keys of the revisions the hub has
+// not dispatched yet: when none of them concerns the stream's (synced)
+// watchers, the answer is queued at the head at once rather than behind
+// the hub's reading and dispatching of those revisions — work for other
+// streams, and on the embedded store the commit of a write this stream
+// does not watch.
 func (st *Stream) RequestProgress(ctx context.Context) error {
 	h := st.h
 	h.mu.Lock()
@@ -282,15 +291,22 @@ func (st *Stream) RequestProgress(ctx context.Context) error {
 		h.mu.Unlock()
 		return nil
 	}
+	answered := h.answerFromMemory(st)
 	from := h.rev + 1
 	h.mu.Unlock()
+	if answered > 0 && h.cfg.SoleWriter {
+		return nil
+	}
 	b, err := h.src.ReadWatchEvents(ctx, mvcc.WatchRead{From: from, KeysOnly: true, NoSplit: true, MaxBytes: progressProbeBytes})
 	if err != nil && !errors.Is(err, mvcc.ErrCompacted) {
+		if answered > 0 {
+			return nil // answered; a client that needs more asks again
+		}
 		return err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if st.closed || len(st.watchers) == 0 {
+	if st.closed || len(st.watchers) == 0 || (answered > 0 && b.Head <= answered) {
 		return nil
 	}
 	st.reqs.Add(b.Head)
@@ -300,6 +316,24 @@ func (st *Stream) RequestProgress(ctx context.Context) error {
 	}
 	h.answer(st)
 	return nil
+}
+
+// answerFromMemory answers a progress request at once at the hub's
+// revision if that tells no client of this process anything older than it
+// was told: the hub has dispatched every revision in a response header
+// (Served) and never promised more, no earlier request is pending, and
+// etcd's rule lets the stream be answered at h.rev. It returns the
+// revision answered, 0 if it did not answer. The caller holds mu.
+func (h *Hub) answerFromMemory(st *Stream) int64 {
+	if h.cfg.Served == nil || st.reqs.Pending() || h.rev < st.progressRev || h.rev < h.cfg.Served.Load() {
+		return 0
+	}
+	if h.progressReadyAt(st, h.rev) != progressSend {
+		return 0
+	}
+	st.reqs.Add(h.rev)
+	h.sendProgress(st, h.rev)
+	return h.rev
 }
 
 // Bounds of the answer that does not wait for the hub: the log bytes it
