@@ -340,10 +340,7 @@ func (c compactStore) Rev(ctx context.Context) (int64, error) {
 func (s *Server) startWatch() error {
 	wc := s.cfg.Watch
 	wc.MaxMessageBytes, wc.Logger, wc.Observer = s.cfg.MaxRequestBytes+grpcOverheadBytes, s.lg, s.Metrics()
-	wc.Hub.Served = s.hdr.Served
-	if sw, ok := s.db.(storage.SoleWriter); ok {
-		wc.Hub.SoleWriter = sw.SoleWriter()
-	}
+	wc.Hub.Served, wc.Hub.SoleWriter = s.hdr.Served, s.cfg.MVCC.SoleWriter
 	ws, err := watch.New(context.Background(), s.store, s.hdr, wc)
 	if err != nil {
 		return err

@@ -176,15 +176,6 @@ type RangeSizer interface {
 	RangeSize(begin, end []byte) (int64, error)
 }
 
-// SoleWriter is an optional capability: SoleWriter reports whether this
-// process is the only one that can write to the store (an embedded store
-// holding its directory lock), so everything committed was committed here.
-// A wrapper that does not pass it on makes its store count as shared,
-// which is always safe.
-type SoleWriter interface {
-	SoleWriter() bool
-}
-
 // Errors with FoundationDB's meaning. Backends return these (wrapped) so that
 // the layers above can match them with errors.Is.
 var (

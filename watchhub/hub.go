@@ -82,9 +82,10 @@ type Config struct {
 	// has told any client (Stream.RequestProgress); nil answers every
 	// request only after reading the store's head.
 	Served *progress.Served
-	// SoleWriter says that no other process writes to the store
-	// (storage.SoleWriter), so a client can know of no revision this
-	// process did not tell it of, and an answer from memory is final.
+	// SoleWriter says that no other process writes to the store (the
+	// embedded backend, mvcc.Config.SoleWriter), so a client can know of
+	// no revision this process did not tell it of, and an answer from
+	// memory is final.
 	// Otherwise (replicas on FoundationDB) the request still reads the
 	// store's head after answering from memory, and a newer head gets a
 	// second notification, as the answer without Served would carry.

@@ -56,7 +56,6 @@ var (
 	_ storage.DB         = (*DB)(nil)
 	_ storage.Sizer      = (*DB)(nil)
 	_ storage.RangeSizer = (*DB)(nil)
-	_ storage.SoleWriter = (*DB)(nil)
 	_ storage.Scanner    = (*tx)(nil)
 )
 
@@ -188,10 +187,6 @@ func (s *DB) current(ctx context.Context, key []byte) (<-chan struct{}, []byte, 
 	v, err := get(s.db, key)
 	return ch, v, err
 }
-
-// SoleWriter reports true: Pebble locks its directory, so no other process
-// writes to the store while this one has it open.
-func (s *DB) SoleWriter() bool { return true }
 
 // Size reports the bytes of live data: the live WAL's records and the live
 // tables. Pebble's DiskSpaceUsage also counts the WAL files it keeps for
