@@ -24,9 +24,24 @@ const wait = 20 * time.Second
 // while catch-up reads and progress requests' log reads go through.
 type gatedSource struct {
 	*mvcc.Store
-	mu     sync.Mutex
-	gate   chan struct{}
-	probes atomic.Int64 // keys-only reads: progress requests' reads of the head
+	mu        sync.Mutex
+	gate      chan struct{}
+	probeGate chan struct{} // when set, holds progress requests' reads of the head
+	probes    atomic.Int64  // keys-only reads: progress requests' reads of the head
+	probed    atomic.Int64  // such reads done
+}
+
+func (g *gatedSource) holdProbes() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.probeGate = make(chan struct{})
+}
+
+func (g *gatedSource) releaseProbes() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.probeGate)
+	g.probeGate = nil
 }
 
 func (g *gatedSource) hold() {
@@ -45,6 +60,17 @@ func (g *gatedSource) release() {
 func (g *gatedSource) ReadWatchEvents(ctx context.Context, r mvcc.WatchRead) (mvcc.EventBatch, error) {
 	if r.KeysOnly {
 		g.probes.Add(1)
+		defer g.probed.Add(1)
+		g.mu.Lock()
+		gate := g.probeGate
+		g.mu.Unlock()
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return mvcc.EventBatch{}, ctx.Err()
+			}
+		}
 	}
 	if r.UpTo == 0 && !r.KeysOnly {
 		g.mu.Lock()
@@ -460,6 +486,8 @@ func TestProgressFromMemoryThenHeadOnSharedStore(t *testing.T) {
 	if err := st.RequestProgress(ctx); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, func() bool { return g.probed.Load() == 1 })
+	h.Rev() // the head check answers under the hub's lock, after its read
 	if got := progressRevs(t, st); fmt.Sprint(got) != fmt.Sprint([]int64{R0}) {
 		t.Fatalf("nothing newer committed: progress answers %v, want [%d]", got, R0)
 	}
@@ -470,8 +498,60 @@ func TestProgressFromMemoryThenHeadOnSharedStore(t *testing.T) {
 	if err := st.RequestProgress(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := progressRevs(t, st); fmt.Sprint(got) != fmt.Sprint([]int64{R0, R}) {
+	var got []int64
+	drain(t, st, func(r Response) bool {
+		got = append(got, r.Rev)
+		return r.Rev >= R
+	})
+	if fmt.Sprint(got) != fmt.Sprint([]int64{R0, R}) {
 		t.Fatalf("with the hub held at %d and the head at %d: progress answers %v, want [%d %d]", R0, R, got, R0, R)
+	}
+}
+
+// The read of the head that follows answers from memory on a shared store
+// runs off the stream's receive path: while it waits, further requests are
+// answered from memory at once, and they share one more read, started
+// after they arrived, whose newer head gets one more notification.
+func TestProgressHeadCheckDoesNotBlockRequests(t *testing.T) {
+	s := newStore(t)
+	g := &gatedSource{Store: s}
+	served := &progress.Served{}
+	h := newHub(t, g, Config{Served: served})
+	st := quietStream(t, h)
+	ctx := context.Background()
+	R0 := putKey(t, s, "busy/1", "1")
+	served.Observe(R0)
+	waitFor(t, func() bool { return h.Rev() >= R0 })
+	g.holdProbes()
+	for range 3 {
+		done := make(chan error, 1)
+		go func() { done <- st.RequestProgress(ctx) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(wait):
+			t.Fatal("a progress request waited for the head check of an earlier one")
+		}
+	}
+	if got := progressRevs(t, st); fmt.Sprint(got) != fmt.Sprint([]int64{R0, R0, R0}) {
+		t.Fatalf("answers from memory %v, want three at %d", got, R0)
+	}
+	g.hold()
+	defer g.release()
+	R := putKey(t, s, "busy/2", "2") // committed by another process
+	g.releaseProbes()
+	var got []int64
+	drain(t, st, func(r Response) bool {
+		got = append(got, r.Rev)
+		return r.Rev >= R
+	})
+	waitFor(t, func() bool { return g.probed.Load() == 2 })
+	h.Rev()
+	got = append(got, progressRevs(t, st)...)
+	if fmt.Sprint(got) != fmt.Sprint([]int64{R}) || g.probes.Load() != 2 {
+		t.Fatalf("after the head checks: answers %v and %d reads, want one answer at %d and 2 reads", got, g.probes.Load(), R)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.uber.org/zap"
 
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/progress"
@@ -140,7 +141,12 @@ type Stream struct {
 	nextID     int64
 	unsynced   map[*Watcher]struct{}
 	catchingUp bool
-	reqs       progress.Requests
+	// headCheck: a goroutine reads the store's head after answers from
+	// memory (Stream.RequestProgress); headAgain: a request arrived after
+	// it started reading, so it reads again.
+	headCheck bool
+	headAgain bool
+	reqs      progress.Requests
 	// progressRev is the highest revision a progress answer promised.
 	progressRev int64
 	closed      bool
@@ -291,31 +297,88 @@ func (st *Stream) RequestProgress(ctx context.Context) error {
 		h.mu.Unlock()
 		return nil
 	}
-	answered := h.answerFromMemory(st)
-	from := h.rev + 1
-	h.mu.Unlock()
-	if answered > 0 && h.cfg.SoleWriter {
+	if h.answerFromMemory(st) > 0 {
+		if !h.cfg.SoleWriter {
+			h.checkHead(st)
+		}
+		h.mu.Unlock()
 		return nil
 	}
+	from := h.rev + 1
+	h.mu.Unlock()
 	b, err := h.src.ReadWatchEvents(ctx, mvcc.WatchRead{From: from, KeysOnly: true, NoSplit: true, MaxBytes: progressProbeBytes})
 	if err != nil && !errors.Is(err, mvcc.ErrCompacted) {
-		if answered > 0 {
-			return nil // answered; a client that needs more asks again
-		}
 		return err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if st.closed || len(st.watchers) == 0 || (answered > 0 && b.Head <= answered) {
-		return nil
+	h.answerAtHead(st, b, err == nil, true)
+	return nil
+}
+
+// answerAtHead answers a stream's progress request after a read of the
+// head (b; whole says the read of the revisions after the hub's succeeded):
+// at b.Head at once when none of those revisions is for the stream, else
+// when the hub has dispatched them. A request answered from memory already
+// (owed false) needs another answer only for a head newer than any the
+// stream was promised. The caller holds mu.
+func (h *Hub) answerAtHead(st *Stream, b mvcc.EventBatch, whole, owed bool) {
+	if st.closed || len(st.watchers) == 0 || (!owed && b.Head <= st.progressRev) {
+		return
 	}
 	st.reqs.Add(b.Head)
-	if err == nil && h.progressReady(st) == progressWait && h.quietThrough(st, b) {
+	if whole && h.progressReady(st) == progressWait && h.quietThrough(st, b) {
 		h.sendProgress(st, b.Head)
-		return nil
+		return
 	}
 	h.answer(st)
-	return nil
+}
+
+// checkHead reads the store's head after an answer from memory, on a store
+// other processes write, off the stream's receive path: one goroutine per
+// stream at a time, which reads again if another request came meanwhile
+// (its answer needs a head read after it arrived). The caller holds mu.
+func (h *Hub) checkHead(st *Stream) {
+	if st.headCheck {
+		st.headAgain = true
+		return
+	}
+	if h.stopping {
+		return
+	}
+	st.headCheck = true
+	h.wg.Add(1)
+	go h.headChecks(st)
+}
+
+func (h *Hub) headChecks(st *Stream) {
+	defer h.wg.Done()
+	for {
+		h.mu.Lock()
+		if st.closed || h.stopping {
+			st.headCheck, st.headAgain = false, false
+			h.mu.Unlock()
+			return
+		}
+		from := h.rev + 1
+		h.mu.Unlock()
+		b, err := h.src.ReadWatchEvents(h.ctx, mvcc.WatchRead{From: from, KeysOnly: true, NoSplit: true, MaxBytes: progressProbeBytes})
+		h.mu.Lock()
+		if err == nil || errors.Is(err, mvcc.ErrCompacted) {
+			h.answerAtHead(st, b, err == nil, false)
+		} else if h.ctx.Err() == nil {
+			// The answer from memory stands, as an etcd follower's does;
+			// a client that needs a newer one asks again.
+			h.lg.Debug("watch hub: reading the head for a progress answer failed", zap.Error(err))
+		}
+		again := st.headAgain
+		st.headAgain = false
+		st.headCheck = again
+		h.mu.Unlock()
+		if !again {
+			return
+		}
+	}
 }
 
 // answerFromMemory answers a progress request at once at the hub's
