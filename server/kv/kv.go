@@ -20,17 +20,9 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/server/header"
 )
 
-// Evaluator evaluates the KV service's requests against the data model:
-// the local mvcc store, or the write forwarder in front of it.
-type Evaluator interface {
-	Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
-	// RangeChunk is Range without the total count, for streamed chunks.
-	RangeChunk(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
-	Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error)
-	DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
-	Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error)
-	Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error)
-}
+// Evaluator is what the KV service evaluates its requests with: the local
+// mvcc store, or the write forwarder in front of it.
+type Evaluator = mvcc.Evaluator
 
 // Config holds etcd's request limits.
 type Config struct {
