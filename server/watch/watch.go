@@ -104,9 +104,6 @@ func New(ctx context.Context, src watchhub.Source, hdr header.Filler, cfg Config
 	return &Server{hub: hub, hdr: hdr, cfg: cfg, lg: cfg.Logger, stopc: make(chan struct{})}, nil
 }
 
-// Hub exposes the watch hub, for tests.
-func (s *Server) Hub() *watchhub.Hub { return s.hub }
-
 // Ready is the readiness check: the hub has dispatched every revision the
 // store had committed when it was called.
 func (s *Server) Ready(ctx context.Context) error { return s.hub.WaitCaughtUp(ctx) }
@@ -117,7 +114,7 @@ func (s *Server) Stats() metrics.WatchStats {
 	return metrics.WatchStats{
 		CommittedRev: st.Head, DispatchedRev: st.Rev,
 		Synced: st.Synced, Unsynced: st.Unsynced, Lagging: st.Lagging,
-		Streams: st.Streams,
+		Streams: st.Streams, QueuedBytes: st.QueuedBytes,
 	}
 }
 

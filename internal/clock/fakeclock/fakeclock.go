@@ -1,6 +1,6 @@
-// Package fakeclock is a manual clock.Clock for tests: time moves only when
-// the test advances it, and the test can wait until every loop on the clock
-// has reacted and gone back to sleep.
+// Package fakeclock is a manual clock.Clock and progress.Clock for tests:
+// time moves only when the test advances it, and the test can wait until
+// every loop on the clock has reacted and gone back to sleep.
 package fakeclock
 
 import (
@@ -14,7 +14,8 @@ type Clock struct {
 	mu       sync.Mutex
 	now      time.Time
 	sleepers map[*sleeper]struct{}
-	changed  chan struct{} // closed and replaced when the sleepers change
+	tickers  []*ticker     // progress tickers (ticker.go)
+	changed  chan struct{} // closed and replaced when the sleepers or tickers change
 }
 
 type sleeper struct {
@@ -66,6 +67,7 @@ func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+	c.fireTickers()
 	for s := range c.sleepers {
 		if !s.at.After(c.now) {
 			select {
