@@ -276,29 +276,8 @@ func (ss *stream) sendLoop(ctx context.Context, recvErr <-chan error) error {
 			}
 			continue
 		}
-		for i := range buf {
-			r := &buf[i]
-			switch r.Kind {
-			case watchhub.KindCreated:
-				if r.ProgressNotify {
-					periodic.Add(r.WatchID)
-				}
-			case watchhub.KindCanceled:
-				periodic.Remove(r.WatchID)
-			case watchhub.KindEvents:
-				periodic.Sent(r.WatchID)
-			}
-			if err := ss.send(r); err != nil {
-				ss.srv.lg.Debug("failed to send watch response", zap.Error(err))
-				return err
-			}
-			switch r.Kind {
-			case watchhub.KindEvents:
-				cfg.Observer.WatchEventsSent(len(r.Events))
-			case watchhub.KindProgress:
-				cfg.Observer.ProgressNotifySent(1)
-			}
-			buf[i] = watchhub.Response{}
+		if err := ss.sendBatch(buf, &periodic); err != nil {
+			return err
 		}
 		select {
 		case <-ticker.C():
@@ -311,6 +290,38 @@ func (ss *stream) sendLoop(ctx context.Context, recvErr <-chan error) error {
 			return err
 		}
 	}
+}
+
+// sendBatch sends buf in order, keeping the periodic progress
+// notifications in step with what the client has been told, and clears
+// each response it sent.
+func (ss *stream) sendBatch(buf []watchhub.Response, periodic *progress.Periodic) error {
+	obs := ss.srv.cfg.Observer
+	for i := range buf {
+		r := &buf[i]
+		switch r.Kind {
+		case watchhub.KindCreated:
+			if r.ProgressNotify {
+				periodic.Add(r.WatchID)
+			}
+		case watchhub.KindCanceled:
+			periodic.Remove(r.WatchID)
+		case watchhub.KindEvents:
+			periodic.Sent(r.WatchID)
+		}
+		if err := ss.send(r); err != nil {
+			ss.srv.lg.Debug("failed to send watch response", zap.Error(err))
+			return err
+		}
+		switch r.Kind {
+		case watchhub.KindEvents:
+			obs.WatchEventsSent(len(r.Events))
+		case watchhub.KindProgress:
+			obs.ProgressNotifySent(1)
+		}
+		buf[i] = watchhub.Response{}
+	}
+	return nil
 }
 
 // interrupted says, without waiting, whether the stream must end and with
