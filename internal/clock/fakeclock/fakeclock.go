@@ -110,10 +110,18 @@ func closed(ch <-chan struct{}) bool {
 // minute.
 func (c *Clock) BlockUntil(t testing.TB, n int) {
 	t.Helper()
+	c.awaitCount(t, n, "loops asleep", c.asleep)
+}
+
+// awaitCount waits until count, called with mu held, reaches n, checking
+// whenever the sleepers or tickers change. It fails the test after a
+// real-time minute.
+func (c *Clock) awaitCount(t testing.TB, n int, what string, count func() int) {
+	t.Helper()
 	deadline := time.After(time.Minute)
 	for {
 		c.mu.Lock()
-		have, ch := c.asleep(), c.changed
+		have, ch := count(), c.changed
 		c.mu.Unlock()
 		if have >= n {
 			return
@@ -121,7 +129,7 @@ func (c *Clock) BlockUntil(t testing.TB, n int) {
 		select {
 		case <-ch:
 		case <-deadline:
-			t.Fatalf("fake clock: %d loops asleep after a minute, want %d", have, n)
+			t.Fatalf("fake clock: %d %s after a minute, want %d", have, what, n)
 		}
 	}
 }

@@ -57,18 +57,5 @@ func (c *Clock) fireTickers() {
 // real-time minute.
 func (c *Clock) AwaitTickers(t testing.TB, n int) {
 	t.Helper()
-	deadline := time.After(time.Minute)
-	for {
-		c.mu.Lock()
-		have, ch := len(c.tickers), c.changed
-		c.mu.Unlock()
-		if have >= n {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("fake clock: %d tickers after a minute, want %d", have, n)
-		}
-	}
+	c.awaitCount(t, n, "tickers", func() int { return len(c.tickers) })
 }
