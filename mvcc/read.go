@@ -176,32 +176,45 @@ func rangeAt(tx storage.ReadTx, key, end []byte, rev int64, ov *overlay) ([]*ent
 // resolveValues fills in the values of entries, reading each version (and
 // its chunks) by key and revision in a few batched reads.
 func resolveValues(tx storage.ReadTx, es []*entry) error {
+	if err := readVersionRecords(tx, es); err != nil {
+		return err
+	}
+	var chunked []*entry
+	for _, e := range es {
+		switch {
+		case e.has:
+		case e.ver.Chunks == 1:
+			e.value, e.has = e.ver.First, true
+		default:
+			chunked = append(chunked, e)
+		}
+	}
+	return readChunks(tx, chunked)
+}
+
+// readVersionRecords reads, in one batch, the version record of each entry whose
+// value is still to be read and whose version is not known yet.
+func readVersionRecords(tx storage.ReadTx, es []*entry) error {
 	var need []*entry
 	for _, e := range es {
 		if !e.has && e.ver == nil {
 			need = append(need, e)
 		}
 	}
-	if err := readLiveVersions(tx, need); err != nil {
-		return err
+	return readLiveVersions(tx, need)
+}
+
+// readChunks reads, in one batch, the chunks after the first of values
+// split over several, and joins each value.
+func readChunks(tx storage.ReadTx, chunked []*entry) error {
+	if len(chunked) == 0 {
+		return nil
 	}
-	var chunked []*entry
 	var keys [][]byte
-	for _, e := range es {
-		if e.has {
-			continue
-		}
-		if e.ver.Chunks == 1 {
-			e.value, e.has = e.ver.First, true
-			continue
-		}
-		chunked = append(chunked, e)
+	for _, e := range chunked {
 		for i := 1; i < e.ver.Chunks; i++ {
 			keys = append(keys, keyspace.Chunk(e.key, e.meta.ModRev, i))
 		}
-	}
-	if len(chunked) == 0 {
-		return nil
 	}
 	vals, err := tx.GetMany(keys)
 	if err != nil {
