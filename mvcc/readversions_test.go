@@ -193,3 +193,9 @@ func TestFirstPageReadWithState(t *testing.T) {
 		}
 	}
 }
+
+// revisionEvents reads one revision's events, with PrevKv, whole.
+func revisionEvents(ctx context.Context, s *Store, rev int64) ([]RevisionEvents, error) {
+	b, err := s.ReadWatchEvents(ctx, WatchRead{From: rev, UpTo: rev, PrevKV: true})
+	return b.Revs, err
+}
