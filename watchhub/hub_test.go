@@ -465,21 +465,30 @@ func TestProgressFromMemoryNotBelowServed(t *testing.T) {
 	}
 }
 
+// sharedStoreStream is a hub on a store other processes write (no
+// SoleWriter), with a quiet stream, after one write the process told a
+// client of (R0) and the hub dispatched.
+func sharedStoreStream(t *testing.T) (*mvcc.Store, *gatedSource, *Hub, *Stream, int64) {
+	t.Helper()
+	s := newStore(t)
+	g := &gatedSource{Store: s}
+	served := &progress.Served{}
+	h := newHub(t, g, Config{Served: served})
+	st := quietStream(t, h)
+	R0 := putKey(t, s, "busy/1", "1")
+	served.Observe(R0)
+	waitFor(t, func() bool { return h.Rev() >= R0 })
+	return s, g, h, st, R0
+}
+
 // On a store other processes write too (replicas on FoundationDB), a
 // revision another replica committed — and may have told a client of, as
 // the Range of a kube-apiserver spreading its requests over replicas does
 // — gets a second notification at the store's head after the answer from
 // memory, without waiting for the hub; with no newer head, one answer.
 func TestProgressFromMemoryThenHeadOnSharedStore(t *testing.T) {
-	s := newStore(t)
-	g := &gatedSource{Store: s}
-	served := &progress.Served{}
-	h := newHub(t, g, Config{Served: served})
-	st := quietStream(t, h)
+	s, g, h, st, R0 := sharedStoreStream(t)
 	ctx := context.Background()
-	R0 := putKey(t, s, "busy/1", "1")
-	served.Observe(R0)
-	waitFor(t, func() bool { return h.Rev() >= R0 })
 	if err := st.RequestProgress(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -510,15 +519,8 @@ func TestProgressFromMemoryThenHeadOnSharedStore(t *testing.T) {
 // answered from memory at once, and they share one more read, started
 // after they arrived, whose newer head gets one more notification.
 func TestProgressHeadCheckDoesNotBlockRequests(t *testing.T) {
-	s := newStore(t)
-	g := &gatedSource{Store: s}
-	served := &progress.Served{}
-	h := newHub(t, g, Config{Served: served})
-	st := quietStream(t, h)
+	s, g, h, st, R0 := sharedStoreStream(t)
 	ctx := context.Background()
-	R0 := putKey(t, s, "busy/1", "1")
-	served.Observe(R0)
-	waitFor(t, func() bool { return h.Rev() >= R0 })
 	g.holdProbes()
 	for range 3 {
 		done := make(chan error, 1)
