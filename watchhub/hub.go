@@ -133,8 +133,9 @@ type Hub struct {
 	head     int64         // the newest committed revision the hub knows of
 	advanced chan struct{} // closed and replaced whenever rev advances
 	idx      *index
-	streams  map[*Stream]struct{} // open streams
-	waiting  map[*Stream]struct{} // streams with unanswered progress requests
+	streams  map[*Stream]struct{}                         // open streams
+	waiting  map[*Stream]struct{}                         // streams with unanswered progress requests
+	answered struct{ memory, afterRead, followUps int64 } // progress requests, by how they were answered
 	stopping bool
 	groups   []*group   // dispatch scratch
 	touched  []*Watcher // dispatch scratch
@@ -188,13 +189,18 @@ type Stats struct {
 	// QueuedBytes is the approximate event bytes of the responses queued
 	// on all streams.
 	QueuedBytes int
+	// Progress requests answered so far: from memory at once, after a
+	// read of the head, and second notifications that followed an answer
+	// from memory because the head was newer (Stream.RequestProgress).
+	ProgressFromMemory, ProgressAfterRead, ProgressFollowUps int64
 }
 
 // Stats counts the hub's watchers.
 func (h *Hub) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := Stats{Rev: h.rev, Head: max(h.head, h.rev), Synced: h.idx.size, Streams: len(h.streams)}
+	s := Stats{Rev: h.rev, Head: max(h.head, h.rev), Synced: h.idx.size, Streams: len(h.streams),
+		ProgressFromMemory: h.answered.memory, ProgressAfterRead: h.answered.afterRead, ProgressFollowUps: h.answered.followUps}
 	for st := range h.streams {
 		for w := range st.unsynced {
 			if w.lagging {

@@ -332,6 +332,11 @@ func (h *Hub) answerAtHead(st *Stream, b mvcc.EventBatch, whole, owed bool) {
 	if st.closed || len(st.watchers) == 0 || (!owed && b.Head <= st.progressRev) {
 		return
 	}
+	if owed {
+		h.answered.afterRead++
+	} else {
+		h.answered.followUps++
+	}
 	st.reqs.Add(b.Head)
 	if whole && h.progressReady(st) == progressWait && h.quietThrough(st, b) {
 		h.sendProgress(st, b.Head)
@@ -402,6 +407,7 @@ func (h *Hub) answerFromMemory(st *Stream) int64 {
 	}
 	st.reqs.Add(h.rev)
 	h.sendProgress(st, h.rev)
+	h.answered.memory++
 	return h.rev
 }
 

@@ -75,6 +75,10 @@ type WatchStats struct {
 	// Streams is the number of open Watch streams; QueuedBytes the event
 	// bytes queued on them, waiting for their clients to read them.
 	Streams, QueuedBytes int
+	// Progress requests answered from memory, after a read of the head,
+	// and second notifications at a newer head that followed an answer
+	// from memory.
+	ProgressFromMemory, ProgressAfterRead, ProgressFollowUps int64
 }
 
 // Metrics is one server's instrumentation.

@@ -67,6 +67,9 @@ func metric(t *testing.T, s *testserver.Server, name string, labels ...string) f
 					continue next
 				}
 			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
 			return m.GetGauge().GetValue()
 		}
 	}

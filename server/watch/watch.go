@@ -115,6 +115,7 @@ func (s *Server) Stats() metrics.WatchStats {
 		CommittedRev: st.Head, DispatchedRev: st.Rev,
 		Synced: st.Synced, Unsynced: st.Unsynced, Lagging: st.Lagging,
 		Streams: st.Streams, QueuedBytes: st.QueuedBytes,
+		ProgressFromMemory: st.ProgressFromMemory, ProgressAfterRead: st.ProgressAfterRead, ProgressFollowUps: st.ProgressFollowUps,
 	}
 }
 
