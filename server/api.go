@@ -45,8 +45,10 @@ func (s *Server) registerAPI(ctx context.Context, kvStore kv.Evaluator, lessor l
 	}
 	gate := quota.NewGate(q, alarms, s.hdr.MemberID, s.lg)
 	kvs := kv.New(gate.CappedStore(kvStore), s.hdr, kv.Config{MaxTxnOps: s.cfg.MaxTxnOps, MaxRequestBytes: s.cfg.MaxRequestBytes})
-	pb.RegisterKVServer(s.grpc, gate.KV(kvs))
-	pb.RegisterLeaseServer(s.grpc, gate.Lease(leasesvc.New(gate.CappedLessor(lessor), s.hdr)))
+	s.kvAPI = gate.KV(kvs)
+	s.leaseAPI = gate.Lease(leasesvc.New(gate.CappedLessor(lessor), s.hdr))
+	pb.RegisterKVServer(s.grpc, s.kvAPI)
+	pb.RegisterLeaseServer(s.grpc, s.leaseAPI)
 
 	mc := maintenance.Config{
 		Store:  s.store,
@@ -63,6 +65,11 @@ func (s *Server) registerAPI(ctx context.Context, kvStore kv.Evaluator, lessor l
 	pb.RegisterMaintenanceServer(s.grpc, maintenance.New(mc))
 	return s.registerCluster(ctx)
 }
+
+// KVLease returns the KV and Lease services as this server registers them,
+// for a process that serves them on a port of its own: package tenant takes
+// the writes peers forward for many tenants on one connection.
+func (s *Server) KVLease() (pb.KVServer, pb.LeaseServer) { return s.kvAPI, s.leaseAPI }
 
 // openAlarms opens the stored alarms; /health reports them, and /readyz
 // fails under CORRUPT.

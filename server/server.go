@@ -100,6 +100,13 @@ type Config struct {
 	// ForwardWrites sends writes to the replica that owns them
 	// (server/forward), for backends that several replicas share.
 	ForwardWrites bool
+	// ForwardPeers, when set, are the connections to other replicas that
+	// forwarded writes take, shared with other servers in the process (the
+	// tenants'); the server leaves them open on Stop. Nil: its own.
+	ForwardPeers *forward.Peers
+	// ForwardTenant is sent with every forwarded write (forward.Tenant):
+	// the tenant whose keyspace this server serves.
+	ForwardTenant string
 	// Owner tunes the election of the replica that owns writes and lease
 	// expiry; its URL and Logger are filled in here, and its Clock is
 	// the lessor's unless set.
@@ -165,10 +172,13 @@ type Server struct {
 	store  *mvcc.Store
 	owner  *owner.Elector
 	lessor *lease.Lessor
-	peers  *forward.Peers // nil without ForwardWrites
+	peers  *forward.Peers // nil without ForwardWrites or with ForwardPeers
 	watch  *watch.Server
 	hdr    header.Filler
 	grpc   *grpc.Server
+
+	kvAPI    pb.KVServer    // as registered on grpc, set by New
+	leaseAPI pb.LeaseServer // as registered on grpc, set by New
 
 	ops *ops // TLS, metrics, readiness, shutdown hooks (ops.go)
 
@@ -293,9 +303,13 @@ func (s *Server) writeRoutes() (kv.Evaluator, leasesvc.Lessor) {
 	if !s.cfg.ForwardWrites {
 		return s.store, s.lessor
 	}
-	s.peers = forward.NewPeers(s.ops.clientTLS)
-	s.OnShutdown(s.peers.Close)
-	fw := forward.New(s.owner, s.peers, s.Metrics())
+	peers := s.cfg.ForwardPeers
+	if peers == nil {
+		s.peers = forward.NewPeers(s.ops.clientTLS)
+		s.OnShutdown(s.peers.Close)
+		peers = s.peers
+	}
+	fw := forward.New(s.owner, peers, s.Metrics()).ForTenant(s.cfg.ForwardTenant)
 	return fw.KV(s.store), fw.Lessor(s.lessor)
 }
 

@@ -15,12 +15,13 @@ import (
 )
 
 // acquire returns the running server of name's tenant with one more
-// connection counted, starting it if needed. Every connection looks the
+// connection counted, starting it if needed (and creating the tenant first
+// if create). Every connection looks the
 // tenant up afresh, so a deleted tenant's server takes no new connection:
 // it is stopped, and the connection refused (or, after the name was
 // created again, given a server of the new tenant).
-func (r *Router) acquire(ctx context.Context, name string, addr net.Addr) (*instance, error) {
-	rec, err := r.lookup(ctx, name)
+func (r *Router) acquire(ctx context.Context, name string, addr net.Addr, create bool) (*instance, error) {
+	rec, err := r.lookup(ctx, name, create)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			r.retire(name, 0)
@@ -95,7 +96,11 @@ func (r *Router) serverConfig(rec Record) server.Config {
 	sc.Logger = r.lg.With(zap.String("tenant", rec.Name))
 	sc.TLS = tlsconfig.Config{}
 	sc.ListenClientURLs, sc.ListenClientHTTPURLs, sc.ListenMetricsURLs = nil, nil, nil
-	sc.ForwardWrites = false
+	if r.peers != nil {
+		sc.ForwardPeers, sc.ForwardTenant = r.peers, tenantTag(rec)
+	} else {
+		sc.ForwardWrites = false
+	}
 	if rec.QuotaBackendBytes != 0 {
 		sc.Quota.Bytes = rec.QuotaBackendBytes
 	}
@@ -259,6 +264,7 @@ func (r *Router) Close() {
 		_ = l.Close()
 	}
 	r.conns.Wait()
+	r.stopPeers() // its requests hold tenants' servers: before they stop
 	for _, inst := range stop {
 		r.stop(inst, false)
 	}
@@ -271,6 +277,9 @@ func (r *Router) Close() {
 	r.refuse.Stop()
 	_ = r.refuseL.Close()
 	<-r.refuseDone
+	if r.peers != nil {
+		r.peers.Close()
+	}
 }
 
 // Running reports how many tenants have a server running.

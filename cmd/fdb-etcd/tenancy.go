@@ -66,7 +66,8 @@ func startTenancy(cfg *config, sc server.Config, backend, db storage.DB, lg *zap
 		return nil, err
 	}
 	router, err := tenant.NewRouter(tenant.Config{Server: sc, TLS: tr.ServerConfig(),
-		AutoCreate: cfg.etcd.TenantAutoCreate, IdleTimeout: cfg.etcd.TenantIdleTimeout, Logger: lg}, db)
+		AutoCreate: cfg.etcd.TenantAutoCreate, IdleTimeout: cfg.etcd.TenantIdleTimeout, Logger: lg,
+		PeerTLS: tr.ClientConfig}, db)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
