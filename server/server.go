@@ -55,6 +55,11 @@ type Config struct {
 	// MaxConcurrentStreams bounds the gRPC streams of one client
 	// connection; 0 means etcd's default, unbounded.
 	MaxConcurrentStreams uint32
+	// StreamWorkers is how many handler goroutines gRPC keeps for reuse; 0
+	// means defaultStreamWorkers, negative means none (a goroutine per
+	// request, what a process running many servers wants: each one's
+	// workers would wait there for the rare request).
+	StreamWorkers int
 	// SocketOpts are etcd's --socket-reuse-port and --socket-reuse-address.
 	SocketOpts transport.SocketOpts
 	// CORS lists the origins the HTTP endpoints allow ("*" or empty: any),
@@ -133,6 +138,9 @@ func (c *Config) Defaults() {
 	if c.MaxTxnOps == 0 {
 		c.MaxTxnOps = 128
 	}
+	if c.StreamWorkers == 0 {
+		c.StreamWorkers = defaultStreamWorkers
+	}
 	if c.MaxConcurrentStreams == 0 {
 		c.MaxConcurrentStreams = math.MaxUint32
 	}
@@ -156,8 +164,9 @@ func (c *Config) Defaults() {
 	}
 }
 
-// streamWorkers is how many handler goroutines gRPC keeps for reuse.
-const streamWorkers = 64
+// defaultStreamWorkers is how many handler goroutines gRPC keeps for
+// reuse unless StreamWorkers says otherwise.
+const defaultStreamWorkers = 64
 
 // grpcOverheadBytes is etcd's allowance above --max-request-bytes for the
 // gRPC message limit, so oversize requests get etcd's own error rather than
@@ -240,16 +249,10 @@ func (s *Server) abort() {
 
 func (s *Server) grpcOptions() []grpc.ServerOption {
 	cfg := &s.cfg
-	return append(s.ops.grpcOptions(cfg),
+	opts := append(s.ops.grpcOptions(cfg),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
-		// Reused handler goroutines keep the stacks a request grows into
-		// (gRPC, mvcc, Pebble): a fresh goroutine per request spent a
-		// tenth of the server's CPU copying its stack as it grew. When all
-		// workers are busy gRPC still starts a new goroutine, so this
-		// bounds nothing.
-		grpc.NumStreamWorkers(streamWorkers),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             cfg.GRPCKeepAliveMinTime,
 			PermitWithoutStream: false,
@@ -259,6 +262,15 @@ func (s *Server) grpcOptions() []grpc.ServerOption {
 			Timeout: cfg.GRPCKeepAliveTimeout,
 		}),
 	)
+	if cfg.StreamWorkers > 0 {
+		// Reused handler goroutines keep the stacks a request grows into
+		// (gRPC, mvcc, Pebble): a fresh goroutine per request spent a
+		// tenth of the server's CPU copying its stack as it grew. When all
+		// workers are busy gRPC still starts a new goroutine, so this
+		// bounds nothing.
+		opts = append(opts, grpc.NumStreamWorkers(uint32(cfg.StreamWorkers)))
+	}
+	return opts
 }
 
 // startOwnership starts this replica's part in the election of the owner

@@ -1,0 +1,100 @@
+package tenant
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// goroutineDump groups the process's goroutines by what they wait in: the
+// innermost frame of this module, else of gRPC, else the innermost frame.
+func goroutineDump(t *testing.T) map[string]int {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	head := regexp.MustCompile(`^(\d+) @`)
+	for _, blk := range strings.Split(buf.String(), "\n\n") {
+		lines := strings.Split(strings.TrimSpace(blk), "\n")
+		for len(lines) > 0 && !head.MatchString(lines[0]) {
+			lines = lines[1:] // the profile's own header, before the first group
+		}
+		if len(lines) == 0 {
+			continue
+		}
+		n, _ := strconv.Atoi(head.FindStringSubmatch(lines[0])[1])
+		out[whereWaiting(lines[1:])] += n
+	}
+	return out
+}
+
+func whereWaiting(frames []string) string {
+	var names []string
+	for _, l := range frames {
+		if f := strings.Fields(l); len(f) >= 3 && f[0] == "#" {
+			name, _, _ := strings.Cut(f[2], "+0x") // the offset differs between builds
+			names = append(names, name)
+		}
+	}
+	for _, pkg := range []string{"github.com/fdb-etcd/fdb-etcd/", "google.golang.org/grpc"} {
+		for _, n := range names {
+			if strings.HasPrefix(n, pkg) && !slices.ContainsFunc(waitHelpers, func(h string) bool { return strings.HasPrefix(n, h) }) {
+				return n
+			}
+		}
+	}
+	if len(names) > 0 {
+		return names[0]
+	}
+	return "?"
+}
+
+// waitHelpers are frames every kind of waiting goes through; the dump names
+// their callers.
+var waitHelpers = []string{
+	"github.com/fdb-etcd/fdb-etcd/storage/",
+	"github.com/fdb-etcd/fdb-etcd/internal/clock.",
+	"github.com/fdb-etcd/fdb-etcd/tenant.(*DB)",
+	"github.com/fdb-etcd/fdb-etcd/server/metrics.(*measuredDB)",
+}
+
+// grew is what after has beyond before, largest first, as lines.
+func grew(before, after map[string]int) (lines []string, total int) {
+	for k, n := range after {
+		if d := n - before[k]; d > 0 {
+			lines = append(lines, fmt.Sprintf("%4d %s", d, k))
+			total += d
+		}
+	}
+	slices.Sort(lines)
+	slices.Reverse(lines)
+	return lines, total
+}
+
+// TestQuietTenantGoroutines lists what a connected tenant that sends
+// nothing runs (the test's log shows the dump), and holds it to a budget:
+// no pool of gRPC handler goroutines, which was 64 of its 79.
+func TestQuietTenantGoroutines(t *testing.T) {
+	e := startRouter(t, false)
+	e.create("alice", "bob")
+	must(e.client("alice").Put(ctxT(t), "k", "v"))(t) // a running tenant and a client: the baseline
+	before := goroutineDump(t)
+	must(e.client("bob").Put(ctxT(t), "k", "v"))(t)
+	after := goroutineDump(t)
+	lines, total := grew(before, after)
+	t.Logf("a quiet tenant's server and its client's connection: %d goroutines\n%s", total, strings.Join(lines, "\n"))
+	if n := after["google.golang.org/grpc.(*Server).serverWorker"]; n != 0 {
+		t.Errorf("%d gRPC stream workers wait in tenants' servers", n)
+	}
+	const budget = 30 // the server's 16 or so and the client connection's 10
+	if total > budget {
+		t.Errorf("a quiet tenant costs %d goroutines, over %d", total, budget)
+	}
+}
