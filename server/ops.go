@@ -175,7 +175,9 @@ func (s *Server) initMetrics() {
 			sizer = sz
 		}
 		s.ops.metrics.SetStore(s.store, sizer)
-		s.ops.metrics.InitializeGRPC(s.grpc)
+		if !s.cfg.LazyGRPCMetrics {
+			s.ops.metrics.InitializeGRPC(s.grpc)
+		}
 	})
 }
 

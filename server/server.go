@@ -60,6 +60,11 @@ type Config struct {
 	// request, what a process running many servers wants: each one's
 	// workers would wait there for the rare request).
 	StreamWorkers int
+	// LazyGRPCMetrics creates each gRPC method's series at its first call
+	// instead of every method's at zero when serving starts (etcd's way,
+	// so that rates exist at once): a process running many servers would
+	// hold some 400 KiB of zero series for each.
+	LazyGRPCMetrics bool
 	// SocketOpts are etcd's --socket-reuse-port and --socket-reuse-address.
 	SocketOpts transport.SocketOpts
 	// CORS lists the origins the HTTP endpoints allow ("*" or empty: any),

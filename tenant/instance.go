@@ -100,6 +100,9 @@ func (r *Router) serverConfig(rec Record) server.Config {
 	// tenant's cost (64 of its 79 goroutines, half its memory); a busy one
 	// pays for growing a fresh stack per request instead.
 	sc.StreamWorkers = -1
+	// Likewise every method's gRPC series at zero (~400 KiB): a tenant's
+	// series appear with its first call of each method.
+	sc.LazyGRPCMetrics = true
 	if r.peers != nil {
 		sc.ForwardPeers, sc.ForwardTenant = r.peers, tenantTag(rec)
 	} else {
