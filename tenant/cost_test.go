@@ -3,6 +3,8 @@ package tenant
 import (
 	"bytes"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"runtime/pprof"
 	"slices"
@@ -96,5 +98,28 @@ func TestQuietTenantGoroutines(t *testing.T) {
 	const budget = 30 // the server's 16 or so and the client connection's 10
 	if total > budget {
 		t.Errorf("a quiet tenant costs %d goroutines, over %d", total, budget)
+	}
+}
+
+// TestTenantGRPCSeriesOnFirstUse: a tenant's server holds gRPC series only
+// for the methods it was called with, not every method's at zero (some
+// 400 KiB per tenant).
+func TestTenantGRPCSeriesOnFirstUse(t *testing.T) {
+	e := startRouter(t, false)
+	e.create("alice")
+	must(e.client("alice").Put(ctxT(t), "k", "v"))(t)
+	e.router.mu.Lock()
+	inst := e.router.tenants["alice"]
+	e.router.mu.Unlock()
+	rec := httptest.NewRecorder()
+	inst.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	var methods []string
+	for _, m := range regexp.MustCompile(`(?m)^grpc_server_handled_total\{[^}]*grpc_method="(\w+)"`).FindAllStringSubmatch(rec.Body.String(), -1) {
+		if !slices.Contains(methods, m[1]) {
+			methods = append(methods, m[1])
+		}
+	}
+	if len(methods) != 1 || methods[0] != "Put" {
+		t.Fatalf("grpc_server_handled_total has series of %v; want Put's only", methods)
 	}
 }
