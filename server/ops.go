@@ -110,10 +110,10 @@ func clusterVersion(v string) string {
 // the slow-request log.
 func (o *ops) grpcOptions(cfg *Config) []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(
+		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{
 			o.metrics.UnaryServerInterceptor(),
 			reqlog.UnaryServerInterceptor(cfg.Logger, cfg.WarningApplyDuration),
-		),
+		}, cfg.UnaryInterceptors...)...),
 		grpc.ChainStreamInterceptor(o.metrics.StreamServerInterceptor()),
 	}
 }

@@ -60,6 +60,10 @@ type Config struct {
 	// request, what a process running many servers wants: each one's
 	// workers would wait there for the rare request).
 	StreamWorkers int
+	// UnaryInterceptors run on every unary request after the server's own
+	// (metrics, request log), in order: a process running many servers
+	// bounds each one's share of it there.
+	UnaryInterceptors []grpc.UnaryServerInterceptor
 	// LazyGRPCMetrics creates each gRPC method's series at its first call
 	// instead of every method's at zero when serving starts (etcd's way,
 	// so that rates exist at once): a process running many servers would

@@ -69,7 +69,10 @@ func (r *Router) acquire(ctx context.Context, name string, addr net.Addr, create
 func (r *Router) start(inst *instance, addr net.Addr) error {
 	defer close(inst.ready)
 	inst.l = newConnListener(addr)
-	srv, err := server.New(r.serverConfig(inst.rec), NewDB(r.db, inst.rec.ID))
+	inst.inflight = newInflight(r.cfg.MaxInflight)
+	sc := r.serverConfig(inst.rec)
+	sc.UnaryInterceptors = append(sc.UnaryInterceptors[:len(sc.UnaryInterceptors):len(sc.UnaryInterceptors)], inst.inflight.unary())
+	srv, err := server.New(sc, NewDB(r.db, inst.rec.ID))
 	if err != nil {
 		inst.err = err
 		r.mu.Lock()

@@ -46,6 +46,11 @@ type Config struct {
 	// name. That name is therefore no tenant's. Nil: every replica commits
 	// its tenants' writes itself.
 	PeerTLS func() *tls.Config
+	// MaxInflight bounds the unary requests one tenant runs at once in this
+	// replica (the rest wait their turn), so that one tenant's storm
+	// leaves the others their share; 0 means DefaultMaxInflight, negative
+	// means no bound.
+	MaxInflight int
 	// IdleTimeout is how long a tenant's server runs without connections
 	// before it stops; 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
@@ -98,6 +103,8 @@ type instance struct {
 	l     *connListener
 	err   error
 
+	inflight inflight // its unary requests running now
+
 	conns    int           // guarded by Router.mu: connections handed to srv and open
 	stopIdle func() bool   // guarded by Router.mu: cancels the pending idle stop
 	stopping bool          // guarded by Router.mu: srv is stopping or stopped
@@ -115,6 +122,9 @@ func NewRouter(cfg Config, db storage.DB) (*Router, error) {
 	}
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxInflight == 0 {
+		cfg.MaxInflight = DefaultMaxInflight
 	}
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = DefaultHandshakeTimeout
