@@ -73,6 +73,11 @@ type env struct {
 // startRouter serves a router on loopback over a fresh shared store, with
 // a real TLS configuration that requires client certificates.
 func startRouter(t testing.TB, autoCreate bool) *env {
+	return startRouterWith(t, func(c *Config) { c.AutoCreate = autoCreate })
+}
+
+// startRouterWith is startRouter with the configuration tweak changed.
+func startRouterWith(t testing.TB, tweak func(*Config)) *env {
 	ca := tlstest.NewCA(t, "tenant-test-ca")
 	files := tlstest.Write(t, t.TempDir(), ca.Server(t, "localhost"), ca)
 	rl, err := tlsconfig.New(tlsconfig.Config{CertFile: files.Cert, KeyFile: files.Key,
@@ -87,8 +92,9 @@ func startRouter(t testing.TB, autoCreate bool) *env {
 	}
 	sc.MVCC.SoleWriter = testdb.Backend() == "pebble"
 	timers := &idleTimers{}
-	r, err := NewRouter(Config{Server: sc, TLS: rl.ServerConfig(), AutoCreate: autoCreate,
-		AfterFunc: timers.AfterFunc, Logger: sc.Logger}, db)
+	cfg := Config{Server: sc, TLS: rl.ServerConfig(), AfterFunc: timers.AfterFunc, Logger: sc.Logger}
+	tweak(&cfg)
+	r, err := NewRouter(cfg, db)
 	if err != nil {
 		t.Fatal(err)
 	}
