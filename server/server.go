@@ -131,6 +131,12 @@ type Config struct {
 	// Members tunes this replica's record in the member registry (its TTL
 	// and clock); the server fills in its identity.
 	Members cluster.RegistryConfig
+	// SharedMembers, when set, lists the replicas in place of a member
+	// record of this server's own: a process serving many keyspaces keeps
+	// one record per replica (in its root keyspace), and each keyspace
+	// lists those replicas under the ids its own servers there have
+	// (derived from its cluster id and the replica's name).
+	SharedMembers cluster.Members
 	// DisableGRPCGateway turns off the /v3/ JSON gateway on the client port
 	// (etcd's --enable-grpc-gateway=false).
 	DisableGRPCGateway bool
@@ -195,8 +201,9 @@ type Server struct {
 	hdr    header.Filler
 	grpc   *grpc.Server
 
-	kvAPI    pb.KVServer    // as registered on grpc, set by New
-	leaseAPI pb.LeaseServer // as registered on grpc, set by New
+	members  cluster.Members // the replicas, as MemberList lists them
+	kvAPI    pb.KVServer     // as registered on grpc, set by New
+	leaseAPI pb.LeaseServer  // as registered on grpc, set by New
 
 	ops *ops // TLS, metrics, readiness, shutdown hooks (ops.go)
 

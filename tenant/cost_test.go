@@ -95,6 +95,10 @@ func TestQuietTenantGoroutines(t *testing.T) {
 	if n := after["google.golang.org/grpc.(*Server).serverWorker"]; n != 0 {
 		t.Errorf("%d gRPC stream workers wait in tenants' servers", n)
 	}
+	if reg := "github.com/fdb-etcd/fdb-etcd/server/cluster.(*Registry).run"; after[reg] != before[reg] {
+		n := after[reg] - before[reg]
+		t.Errorf("%d member records renewed for tenants: the replica's is theirs", n)
+	}
 	const budget = 30 // the server's 16 or so and the client connection's 10
 	if total > budget {
 		t.Errorf("a quiet tenant costs %d goroutines, over %d", total, budget)

@@ -106,6 +106,7 @@ func (r *Router) serverConfig(rec Record) server.Config {
 	// Likewise every method's gRPC series at zero (~400 KiB): a tenant's
 	// series appear with its first call of each method.
 	sc.LazyGRPCMetrics = true
+	sc.SharedMembers = r.cfg.Members
 	if r.peers != nil {
 		sc.ForwardPeers, sc.ForwardTenant = r.peers, tenantTag(rec)
 	} else {

@@ -68,7 +68,7 @@ func startReplica(t *testing.T, db storage.DB, files tlstest.Files, name string)
 		AdvertiseClientURLs: []url.URL{{Scheme: "https", Host: l.Addr().String()}}}
 	timers := &idleTimers{} // never fired: tenants keep running
 	r, err := NewRouter(Config{Server: sc, TLS: rl.ServerConfig(), PeerTLS: rl.ClientConfig,
-		AfterFunc: timers.AfterFunc, Logger: sc.Logger}, db)
+		AfterFunc: timers.AfterFunc, Logger: sc.Logger, Members: replicaMembers(t, db, name, l.Addr().String())}, db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,5 +209,28 @@ func TestTenantTagOnlyFromPeers(t *testing.T) {
 		tenantTag(Record{ID: bobRec.ID + 100, Name: "bob"}))
 	if _, err := peer.Put(stale, "stale", "x"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("a peer's put naming a deleted id of bob: %v, want %v", err, rpctypes.ErrPermissionDenied)
+	}
+}
+
+// TestTenantMembersAreTheReplicas: a tenant's MemberList lists every live
+// replica, whether or not the tenant runs there, each under the member id
+// that tenant's server on it answers with.
+func TestTenantMembersAreTheReplicas(t *testing.T) {
+	rs := startReplicas(t, 3)
+	rs.create("alice")
+	cert := rs.clientCert("alice")
+	ml := must(rs.clientAt(0, cert).MemberList(ctxT(t)))(t)
+	if len(ml.Members) != len(rs.addrs) {
+		t.Fatalf("alice's MemberList on replica 0 lists %d members, want the %d replicas: %v", len(ml.Members), len(rs.addrs), ml.Members)
+	}
+	for i, addr := range rs.addrs {
+		st := must(rs.clientAt(i, cert).Status(ctxT(t), "https://"+addr))(t)
+		listed := false
+		for _, m := range ml.Members {
+			listed = listed || (m.ID == st.Header.MemberId && m.Name == fmt.Sprintf("replica-%d", i) && m.ClientURLs[0] == "https://"+addr)
+		}
+		if !listed {
+			t.Errorf("replica %d answers alice as member %x, not listed: %v", i, st.Header.MemberId, ml.Members)
+		}
 	}
 }

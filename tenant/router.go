@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fdb-etcd/fdb-etcd/server"
+	"github.com/fdb-etcd/fdb-etcd/server/cluster"
 	"github.com/fdb-etcd/fdb-etcd/server/forward"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
@@ -46,6 +47,12 @@ type Config struct {
 	// name. That name is therefore no tenant's. Nil: every replica commits
 	// its tenants' writes itself.
 	PeerTLS func() *tls.Config
+	// Members lists the replicas (the process's own server's MemberList,
+	// from the record each replica keeps in the root keyspace); tenants'
+	// servers list them under their own member ids instead of keeping a
+	// record per tenant, renewed every few seconds while it runs. Nil: each
+	// tenant's server keeps its own.
+	Members cluster.Members
 	// MaxInflight bounds the unary requests one tenant runs at once in this
 	// replica (the rest wait their turn), so that one tenant's storm
 	// leaves the others their share; 0 means DefaultMaxInflight, negative
