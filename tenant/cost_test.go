@@ -2,6 +2,7 @@ package tenant
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // goroutineDump groups the process's goroutines by what they wait in: the
@@ -99,6 +103,9 @@ func TestQuietTenantGoroutines(t *testing.T) {
 		n := after[reg] - before[reg]
 		t.Errorf("%d member records renewed for tenants: the replica's is theirs", n)
 	}
+	if tail := "github.com/fdb-etcd/fdb-etcd/mvcc.(*Store).WaitRev"; after[tail] != before[tail] {
+		t.Errorf("a tenant nobody watches tails the revision log (%d watch hubs)", after[tail]-before[tail])
+	}
 	const budget = 30 // the server's 16 or so and the client connection's 10
 	if total > budget {
 		t.Errorf("a quiet tenant costs %d goroutines, over %d", total, budget)
@@ -125,5 +132,47 @@ func TestTenantGRPCSeriesOnFirstUse(t *testing.T) {
 	}
 	if len(methods) != 1 || methods[0] != "Put" {
 		t.Fatalf("grpc_server_handled_total has series of %v; want Put's only", methods)
+	}
+}
+
+// TestWatchHubOnDemand: a tenant's watch hub runs only while the tenant
+// has watch streams, and a hub started again serves watches from past
+// revisions as the first one did.
+func TestWatchHubOnDemand(t *testing.T) {
+	e := startRouter(t, false)
+	e.create("alice")
+	cli := e.client("alice")
+	must(cli.Put(ctxT(t), "a", "1"))(t)
+	e.router.mu.Lock()
+	ws := e.router.tenants["alice"].srv.Watch()
+	e.router.mu.Unlock()
+	if ws.Hub() != nil {
+		t.Fatal("a tenant nobody watches runs a watch hub")
+	}
+	for round := range 2 {
+		wctx, cancel := context.WithCancel(ctxT(t))
+		w := cli.Watch(clientv3.WithRequireLeader(wctx), "", clientv3.WithPrefix(), clientv3.WithRev(1))
+		must(cli.Put(ctxT(t), "b", fmt.Sprint(round)))(t)
+		var keys []string
+		for len(keys) < 2+round {
+			resp, ok := <-w
+			if !ok {
+				t.Fatalf("round %d: the watch ended after %v", round, keys)
+			}
+			for _, ev := range resp.Events {
+				keys = append(keys, string(ev.Kv.Key))
+			}
+		}
+		if ws.Hub() == nil {
+			t.Fatalf("round %d: a watched tenant runs no hub", round)
+		}
+		cancel()
+		deadline := time.Now().Add(time.Minute)
+		for ws.Hub() != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the hub still runs a minute after the last watch closed", round)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }

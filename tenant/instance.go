@@ -107,6 +107,9 @@ func (r *Router) serverConfig(rec Record) server.Config {
 	// series appear with its first call of each method.
 	sc.LazyGRPCMetrics = true
 	sc.SharedMembers = r.cfg.Members
+	// A tenant's watch hub (its tail of the revision log) runs while it has
+	// watch streams.
+	sc.Watch.OnDemand = true
 	if r.peers != nil {
 		sc.ForwardPeers, sc.ForwardTenant = r.peers, tenantTag(rec)
 	} else {
