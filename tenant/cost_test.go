@@ -106,6 +106,9 @@ func TestQuietTenantGoroutines(t *testing.T) {
 	if tail := "github.com/fdb-etcd/fdb-etcd/mvcc.(*Store).WaitRev"; after[tail] != before[tail] {
 		t.Errorf("a tenant nobody watches tails the revision log (%d watch hubs)", after[tail]-before[tail])
 	}
+	if gw := "github.com/fdb-etcd/fdb-etcd/server/gateway.(*pipeListener).Accept"; after[gw] != before[gw] {
+		t.Errorf("a tenant no JSON client asked serves a JSON gateway (%d)", after[gw]-before[gw])
+	}
 	const budget = 30 // the server's 16 or so and the client connection's 10
 	if total > budget {
 		t.Errorf("a quiet tenant costs %d goroutines, over %d", total, budget)
