@@ -151,10 +151,14 @@ func BenchmarkQuietTenants(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	cpu, g := atRest(), runtime.NumGoroutine()
+	rest := restWindow
+	if b.N < 10 {
+		rest = time.Second // the testing package's probe run with b.N = 1, not the measurement
+	}
+	cpu, g := atRest(rest), runtime.NumGoroutine()
 	heap, rss := memory()
 	n := float64(b.N)
-	b.ReportMetric(cpu.Seconds()/restWindow.Seconds()*100, "cpu-%-connected-at-rest")
+	b.ReportMetric(cpu.Seconds()/rest.Seconds()*100, "cpu-%-connected-at-rest")
 	b.ReportMetric(float64(g-base)/n, "goroutines/connected-tenant")
 	b.ReportMetric((float64(heap)-float64(heapBase))/n, "heap-bytes/connected-tenant")
 	b.ReportMetric((float64(rss)-float64(rssBase))/n/1024, "rss-KiB/connected-tenant")
@@ -163,21 +167,21 @@ func BenchmarkQuietTenants(b *testing.B) {
 	}
 	waitClosed(b, e, b.N)
 	stopAll(b, e, base)
-	cpu, g = atRest(), runtime.NumGoroutine()
+	cpu, g = atRest(rest), runtime.NumGoroutine()
 	heap, rss = memory()
-	b.ReportMetric(cpu.Seconds()/restWindow.Seconds()*100, "cpu-%-idle-at-rest")
+	b.ReportMetric(cpu.Seconds()/rest.Seconds()*100, "cpu-%-idle-at-rest")
 	b.ReportMetric(float64(g-base), "goroutines-idle-at-rest")
 	b.ReportMetric((float64(heap)-float64(heapBase))/n, "heap-bytes/idle-tenant")
 	b.ReportMetric(float64(rss)/(1<<20), "rss-MiB-idle-at-rest")
 }
 
-// atRest waits restWindow and returns the CPU time the process used
+// atRest waits d and returns the CPU time the process used
 // meanwhile (user and system, every thread: FoundationDB's network thread
 // too).
-func atRest() time.Duration {
+func atRest(d time.Duration) time.Duration {
 	runtime.GC()
 	before := cpuTime()
-	time.Sleep(restWindow)
+	time.Sleep(d)
 	return cpuTime() - before
 }
 
