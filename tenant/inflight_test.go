@@ -11,14 +11,15 @@ import (
 // one waits for a turn (and fails with its own deadline if none comes),
 // while another tenant's requests run; a freed turn lets it through.
 func TestInflightBound(t *testing.T) {
-	e := startRouter(t, false)
+	const bound = 2
+	e := startRouterWith(t, func(c *Config) { c.MaxInflight = bound })
 	e.create("noisy", "quiet")
 	noisy, quiet := e.client("noisy"), e.client("quiet")
 	must(noisy.Put(ctxT(t), "k", "v"))(t)
 	e.router.mu.Lock()
 	inst := e.router.tenants["noisy"]
 	e.router.mu.Unlock()
-	for range DefaultMaxInflight { // every turn held, as by requests running
+	for range bound { // every turn held, as by requests running
 		if err := inst.inflight.acquire(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
@@ -35,7 +36,7 @@ func TestInflightBound(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("a put after a turn was freed: %v", err)
 	}
-	for range DefaultMaxInflight - 1 {
+	for range bound - 1 {
 		inst.inflight.release()
 	}
 }
