@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/server"
@@ -16,10 +18,10 @@ import (
 
 // acquire returns the running server of name's tenant with one more
 // connection counted, starting it if needed (and creating the tenant first
-// if create). Every connection looks the
-// tenant up afresh, so a deleted tenant's server takes no new connection:
-// it is stopped, and the connection refused (or, after the name was
-// created again, given a server of the new tenant).
+// if create). Every connection looks the tenant up afresh, so a deleted
+// tenant's server takes no new connection: it is stopped, and the
+// connection refused (or, after the name was created again, given a server
+// of the new tenant).
 func (r *Router) acquire(ctx context.Context, name string, addr net.Addr, create bool) (*instance, error) {
 	rec, err := r.lookup(ctx, name, create)
 	if err != nil {
@@ -71,7 +73,7 @@ func (r *Router) start(inst *instance, addr net.Addr) error {
 	inst.l = newConnListener(addr)
 	inst.inflight = newInflight(r.cfg.MaxInflight)
 	sc := r.serverConfig(inst.rec)
-	sc.UnaryInterceptors = append(sc.UnaryInterceptors[:len(sc.UnaryInterceptors):len(sc.UnaryInterceptors)], inst.inflight.unary())
+	sc.UnaryInterceptors = slices.Concat(sc.UnaryInterceptors, []grpc.UnaryServerInterceptor{inst.inflight.unary()})
 	srv, err := server.New(sc, NewDB(r.db, inst.rec.ID))
 	if err != nil {
 		inst.err = err
