@@ -75,7 +75,7 @@ const coldBatch = 100
 
 // stopAll fires the pending idle stops and waits until no tenant runs and
 // the goroutines are back to base.
-func stopAll(b *testing.B, e *env, base int) {
+func stopAll(b testing.TB, e *env, base int) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for e.router.Running() != 0 || runtime.NumGoroutine() > base {
 		if time.Now().After(deadline) {
@@ -88,7 +88,7 @@ func stopAll(b *testing.B, e *env, base int) {
 
 // waitClosed waits until the router has counted every client's connection
 // closed (each tenant's idle stop is then pending).
-func waitClosed(b *testing.B, e *env, n int) {
+func waitClosed(b testing.TB, e *env, n int) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		e.timers.mu.Lock()
@@ -165,6 +165,7 @@ func BenchmarkQuietTenants(b *testing.B) {
 	for _, c := range clients {
 		_ = c.Close()
 	}
+	clients = nil // the test's, not the tenants' memory
 	waitClosed(b, e, b.N)
 	stopAll(b, e, base)
 	cpu, g = atRest(rest), runtime.NumGoroutine()
