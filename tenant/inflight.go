@@ -7,15 +7,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// DefaultMaxInflight is Config.MaxInflight's default.
-const DefaultMaxInflight = 16
-
 // inflight bounds how many unary requests one tenant runs at once in this
 // replica, its own clients' and those peers forward for it together: the
-// rest wait their turn, in order, before they cost anything. A tenant
-// storming the process then holds a bounded share of its CPU and of the
-// shared store client instead of crowding out everyone's requests; a nil
-// inflight bounds nothing.
+// rest wait their turn, in order, before they cost anything (Config.
+// MaxInflight). A nil inflight bounds nothing.
 type inflight chan struct{}
 
 func newInflight(n int) inflight {
