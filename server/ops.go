@@ -111,10 +111,10 @@ func clusterVersion(v string) string {
 // the slow-request log.
 func (o *ops) grpcOptions(cfg *Config) []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{
+		grpc.ChainUnaryInterceptor(
 			o.metrics.UnaryServerInterceptor(),
 			reqlog.UnaryServerInterceptor(cfg.Logger, cfg.WarningApplyDuration),
-		}, cfg.UnaryInterceptors...)...),
+		),
 		grpc.ChainStreamInterceptor(o.metrics.StreamServerInterceptor()),
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/owner"
+	"github.com/fdb-etcd/fdb-etcd/progress"
 	"github.com/fdb-etcd/fdb-etcd/server/autocompact"
 	"github.com/fdb-etcd/fdb-etcd/server/cluster"
 	"github.com/fdb-etcd/fdb-etcd/server/forward"
@@ -60,10 +61,6 @@ type Config struct {
 	// request, what a process running many servers wants: each one's
 	// workers would wait there for the rare request).
 	StreamWorkers int
-	// UnaryInterceptors run on every unary request after the server's own
-	// (metrics, request log), in order: a process running many servers
-	// bounds each one's share of it there.
-	UnaryInterceptors []grpc.UnaryServerInterceptor
 	// LazyGRPCMetrics creates each gRPC method's series at its first call
 	// instead of every method's at zero when serving starts (etcd's way,
 	// so that rates exist at once): a process running many servers would
@@ -140,6 +137,11 @@ type Config struct {
 	// DisableGRPCGateway turns off the /v3/ JSON gateway on the client port
 	// (etcd's --enable-grpc-gateway=false).
 	DisableGRPCGateway bool
+	// GRPCOptions are added after the server's own: interceptors given
+	// here run inside the metrics and request-log interceptors, so what
+	// they refuse is counted and logged like any other error. Package
+	// tenant adds its quotas here.
+	GRPCOptions []grpc.ServerOption
 }
 
 // Defaults fills zero fields with etcd's defaults.
@@ -197,7 +199,6 @@ type Server struct {
 	owner  *owner.Elector
 	lessor *lease.Lessor
 	peers  *forward.Peers // nil without ForwardWrites or with ForwardPeers
-	watch  *watch.Server
 	hdr    header.Filler
 	grpc   *grpc.Server
 
@@ -237,7 +238,7 @@ func New(cfg Config, db storage.DB) (_ *Server, err error) {
 			s.abort()
 		}
 	}()
-	s.hdr = header.Filler{ClusterID: clusterID, MemberID: memberID(clusterID, cfg.Name)}
+	s.hdr = header.Filler{ClusterID: clusterID, MemberID: memberID(clusterID, cfg.Name), Served: &progress.Served{}}
 	s.startOwnership()
 	s.grpc = grpc.NewServer(s.grpcOptions()...)
 	kvStore, lessor := s.writeRoutes()
@@ -286,7 +287,7 @@ func (s *Server) grpcOptions() []grpc.ServerOption {
 		// bounds nothing.
 		opts = append(opts, grpc.NumStreamWorkers(uint32(cfg.StreamWorkers)))
 	}
-	return opts
+	return append(opts, cfg.GRPCOptions...)
 }
 
 // startOwnership starts this replica's part in the election of the owner
@@ -376,20 +377,17 @@ func (c compactStore) Rev(ctx context.Context) (int64, error) {
 func (s *Server) startWatch() error {
 	wc := s.cfg.Watch
 	wc.MaxMessageBytes, wc.Logger, wc.Observer = s.cfg.MaxRequestBytes+grpcOverheadBytes, s.lg, s.Metrics()
+	wc.Hub.Served, wc.Hub.SoleWriter = s.hdr.Served, s.cfg.MVCC.SoleWriter
 	ws, err := watch.New(context.Background(), s.store, s.hdr, wc)
 	if err != nil {
 		return err
 	}
-	s.watch = ws
 	pb.RegisterWatchServer(s.grpc, ws)
 	s.OnShutdown(ws.Stop)
 	s.AddReadyCheck("watch", ws.Ready)
 	s.Metrics().SetWatchSource(ws.Stats)
 	return nil
 }
-
-// Watch exposes the Watch service, for tests and tools in this module.
-func (s *Server) Watch() *watch.Server { return s.watch }
 
 // Header returns the identity stamped on responses.
 func (s *Server) Header() header.Filler { return s.hdr }

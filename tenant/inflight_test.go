@@ -12,7 +12,7 @@ import (
 // while another tenant's requests run; a freed turn lets it through.
 func TestInflightBound(t *testing.T) {
 	const bound = 2
-	e := startRouterWith(t, func(c *Config) { c.MaxInflight = bound })
+	e := startRouter(t, false, func(c *Config) { c.MaxInflight = bound })
 	e.create("noisy", "quiet")
 	noisy, quiet := e.client("noisy"), e.client("quiet")
 	must(noisy.Put(ctxT(t), "k", "v"))(t)

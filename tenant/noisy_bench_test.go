@@ -42,7 +42,7 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 }
 
 func noisyNeighbour(b *testing.B, maxInflight int) {
-	e := startRouterWith(b, func(c *Config) { c.MaxInflight = maxInflight })
+	e := startRouter(b, false, func(c *Config) { c.MaxInflight = maxInflight })
 	e.create("noisy", "victim")
 	victim := e.dial(e.clientCert("victim"))
 	defer victim.Close()

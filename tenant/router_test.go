@@ -74,12 +74,12 @@ type env struct {
 
 // startRouter serves a router on loopback over a fresh shared store, with
 // a real TLS configuration that requires client certificates.
-func startRouter(t testing.TB, autoCreate bool) *env {
-	return startRouterWith(t, func(c *Config) { c.AutoCreate = autoCreate })
+func startRouter(t testing.TB, autoCreate bool, opts ...func(*Config)) *env {
+	return startRouterOn(t, testdb.Open(t), autoCreate, opts...)
 }
 
-// startRouterWith is startRouter with the configuration tweak changed.
-func startRouterWith(t testing.TB, tweak func(*Config)) *env {
+// startRouterOn is startRouter over db.
+func startRouterOn(t testing.TB, db storage.DB, autoCreate bool, opts ...func(*Config)) *env {
 	ca := tlstest.NewCA(t, "tenant-test-ca")
 	files := tlstest.Write(t, t.TempDir(), ca.Server(t, "localhost"), ca)
 	rl, err := tlsconfig.New(tlsconfig.Config{CertFile: files.Cert, KeyFile: files.Key,
@@ -87,7 +87,6 @@ func startRouterWith(t testing.TB, tweak func(*Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := testdb.Open(t)
 	sc := server.Config{Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}
 	if _, bench := t.(*testing.B); bench {
 		sc.Logger = zap.NewNop() // a benchmark's log would stay in memory and count as the tenants'
@@ -98,9 +97,11 @@ func startRouterWith(t testing.TB, tweak func(*Config)) *env {
 		t.Fatal(err)
 	}
 	timers := &idleTimers{}
-	cfg := Config{Server: sc, TLS: rl.ServerConfig(), AfterFunc: timers.AfterFunc, Logger: sc.Logger,
-		Members: replicaMembers(t, db, "replica", l.Addr().String())}
-	tweak(&cfg)
+	cfg := Config{Server: sc, TLS: rl.ServerConfig(), AutoCreate: autoCreate, AfterFunc: timers.AfterFunc,
+		Logger: sc.Logger, Members: replicaMembers(t, db, "replica", l.Addr().String())}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	r, err := NewRouter(cfg, db)
 	if err != nil {
 		t.Fatal(err)

@@ -118,8 +118,8 @@ func New(ctx context.Context, src watchhub.Source, hdr header.Filler, cfg Config
 	return s, nil
 }
 
-// Hub exposes the watch hub, for tests; nil while none runs.
-func (s *Server) Hub() *watchhub.Hub {
+// running returns the hub running now; nil while none runs.
+func (s *Server) running() *watchhub.Hub {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.hub
@@ -129,7 +129,7 @@ func (s *Server) Hub() *watchhub.Hub {
 // store had committed when it was called. With no hub running there is
 // nothing to dispatch.
 func (s *Server) Ready(ctx context.Context) error {
-	if h := s.Hub(); h != nil {
+	if h := s.running(); h != nil {
 		return h.WaitCaughtUp(ctx)
 	}
 	return nil
@@ -170,7 +170,7 @@ func (s *Server) closeStream(hub *watchhub.Hub) {
 
 // Stats reports the hub's state for the metrics scrape.
 func (s *Server) Stats() metrics.WatchStats {
-	h := s.Hub()
+	h := s.running()
 	if h == nil {
 		return metrics.WatchStats{}
 	}
@@ -178,7 +178,7 @@ func (s *Server) Stats() metrics.WatchStats {
 	return metrics.WatchStats{
 		CommittedRev: st.Head, DispatchedRev: st.Rev,
 		Synced: st.Synced, Unsynced: st.Unsynced, Lagging: st.Lagging,
-		Streams: st.Streams,
+		Streams: st.Streams, QueuedBytes: st.QueuedBytes,
 	}
 }
 
@@ -352,29 +352,8 @@ func (ss *stream) sendLoop(ctx context.Context, recvErr <-chan error) error {
 			}
 			continue
 		}
-		for i := range buf {
-			r := &buf[i]
-			switch r.Kind {
-			case watchhub.KindCreated:
-				if r.ProgressNotify {
-					periodic.Add(r.WatchID)
-				}
-			case watchhub.KindCanceled:
-				periodic.Remove(r.WatchID)
-			case watchhub.KindEvents:
-				periodic.Sent(r.WatchID)
-			}
-			if err := ss.send(r); err != nil {
-				ss.srv.lg.Debug("failed to send watch response", zap.Error(err))
-				return err
-			}
-			switch r.Kind {
-			case watchhub.KindEvents:
-				cfg.Observer.WatchEventsSent(len(r.Events))
-			case watchhub.KindProgress:
-				cfg.Observer.ProgressNotifySent(1)
-			}
-			buf[i] = watchhub.Response{}
+		if err := ss.sendBatch(buf, &periodic); err != nil {
+			return err
 		}
 		select {
 		case <-ticker.C():
@@ -387,6 +366,38 @@ func (ss *stream) sendLoop(ctx context.Context, recvErr <-chan error) error {
 			return err
 		}
 	}
+}
+
+// sendBatch sends buf in order, keeping the periodic progress
+// notifications in step with what the client has been told, and clears
+// each response it sent.
+func (ss *stream) sendBatch(buf []watchhub.Response, periodic *progress.Periodic) error {
+	obs := ss.srv.cfg.Observer
+	for i := range buf {
+		r := &buf[i]
+		switch r.Kind {
+		case watchhub.KindCreated:
+			if r.ProgressNotify {
+				periodic.Add(r.WatchID)
+			}
+		case watchhub.KindCanceled:
+			periodic.Remove(r.WatchID)
+		case watchhub.KindEvents:
+			periodic.Sent(r.WatchID)
+		}
+		if err := ss.send(r); err != nil {
+			ss.srv.lg.Debug("failed to send watch response", zap.Error(err))
+			return err
+		}
+		switch r.Kind {
+		case watchhub.KindEvents:
+			obs.WatchEventsSent(len(r.Events))
+		case watchhub.KindProgress:
+			obs.ProgressNotifySent(1)
+		}
+		buf[i] = watchhub.Response{}
+	}
+	return nil
 }
 
 // interrupted says, without waiting, whether the stream must end and with
