@@ -28,7 +28,7 @@ type entry struct {
 // returns false. key is only valid during the call. It returns the key to resume from, or nil when the
 // range is exhausted. Index entries newer than rev are resolved from history,
 // so any retained revision reads exactly.
-func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, fn func(key []byte, m meta, ver *version) bool) ([]byte, error) {
+func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, pre *prefetched, fn func(key []byte, m meta, ver *version) bool) ([]byte, error) {
 	lb, le := keyspace.LatestRange(begin, end)
 	var (
 		n    int
@@ -67,10 +67,34 @@ func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, fn 
 		}
 		return true
 	}
-	if err := storage.Scan(tx, lb, le, pageKeys, visit); err != nil {
+	if pre != nil {
+		for _, kv := range pre.rows {
+			if !visit(kv.Key, kv.Value) {
+				return last, ferr
+			}
+		}
+		if pre.complete {
+			return nil, ferr
+		}
+		if len(pre.rows) > 0 {
+			lb = append(bytes.Clone(pre.rows[len(pre.rows)-1].Key), 0)
+		}
+	}
+	limit := pageKeys
+	if pageKeys > 0 {
+		limit = pageKeys - n
+	}
+	if err := storage.Scan(tx, lb, le, limit, visit); err != nil {
 		return nil, err
 	}
 	return last, ferr
+}
+
+// prefetched are the first index entries of a scan, read with the state
+// (firstReads.index); complete when they are every entry up to its end.
+type prefetched struct {
+	rows     []storage.KeyValue
+	complete bool
 }
 
 // versionAt returns key as of rev from history, or nil if it was absent.
@@ -147,7 +171,7 @@ func rangeAt(tx storage.ReadTx, key, end []byte, rev int64, ov *overlay) ([]*ent
 	}
 	cursor := key
 	for cursor != nil {
-		next, err := scanLive(tx, cursor, end, rev, 4096, func(key []byte, m meta, ver *version) bool {
+		next, err := scanLive(tx, cursor, end, rev, 4096, nil, func(key []byte, m meta, ver *version) bool {
 			if ov == nil || !ov.has(key) {
 				out = append(out, &entry{key: bytes.Clone(key), meta: m, ver: ver})
 			}

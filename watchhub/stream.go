@@ -306,7 +306,7 @@ func (st *Stream) RequestProgress(ctx context.Context) error {
 	}
 	from := h.rev + 1
 	h.mu.Unlock()
-	b, err := h.src.ReadWatchEvents(ctx, mvcc.WatchRead{From: from, KeysOnly: true, NoSplit: true, MaxBytes: progressProbeBytes})
+	b, err := h.readHead(ctx, from)
 	if err != nil && !errors.Is(err, mvcc.ErrCompacted) {
 		return err
 	}
@@ -314,6 +314,12 @@ func (st *Stream) RequestProgress(ctx context.Context) error {
 	defer h.mu.Unlock()
 	h.answerAtHead(st, b, err == nil, true)
 	return nil
+}
+
+// readHead reads the store's head and the keys of the revisions from on,
+// within the bounds of an answer that does not wait for the hub.
+func (h *Hub) readHead(ctx context.Context, from int64) (mvcc.EventBatch, error) {
+	return h.src.ReadWatchEvents(ctx, mvcc.WatchRead{From: from, KeysOnly: true, NoSplit: true, MaxBytes: progressProbeBytes})
 }
 
 // answerAtHead answers a stream's progress request after a read of the
@@ -362,7 +368,7 @@ func (h *Hub) headChecks(st *Stream) {
 		}
 		from := h.rev + 1
 		h.mu.Unlock()
-		b, err := h.src.ReadWatchEvents(h.ctx, mvcc.WatchRead{From: from, KeysOnly: true, NoSplit: true, MaxBytes: progressProbeBytes})
+		b, err := h.readHead(h.ctx, from)
 		h.mu.Lock()
 		if err == nil || errors.Is(err, mvcc.ErrCompacted) {
 			h.answerAtHead(st, b, err == nil, false)
