@@ -16,12 +16,13 @@ import (
 )
 
 // acquire returns the running server of name's tenant with one more
-// connection counted, starting it if needed. Every connection looks the
-// tenant up afresh, so a deleted tenant's server takes no new connection:
-// it is stopped, and the connection refused (or, after the name was
-// created again, given a server of the new tenant).
-func (r *Router) acquire(ctx context.Context, name string, addr net.Addr) (*instance, error) {
-	rec, err := r.lookup(ctx, name)
+// connection counted, starting it if needed (and creating the tenant first
+// if create). Every connection looks the tenant up afresh, so a deleted
+// tenant's server takes no new connection: it is stopped, and the
+// connection refused (or, after the name was created again, given a server
+// of the new tenant).
+func (r *Router) acquire(ctx context.Context, name string, addr net.Addr, create bool) (*instance, error) {
+	rec, err := r.lookup(ctx, name, create)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			r.retire(name, 0)
@@ -71,7 +72,8 @@ func (r *Router) start(inst *instance, addr net.Addr) error {
 	inst.l = newConnListener(addr)
 	db := newDB(r.db, inst.rec.ID, inst.rec.Quotas)
 	inst.guard = newGuard(inst.rec.Name, r.metrics.label(inst.rec.Name), db, r.metrics, r.cfg.Now, r.cfg.Server.Quota.Bytes)
-	srv, err := server.New(r.serverConfig(inst.rec, inst.guard), db)
+	inst.inflight = newInflight(r.cfg.MaxInflight)
+	srv, err := server.New(r.serverConfig(inst.rec, inst.guard, inst.inflight), db)
 	if err != nil {
 		inst.err = err
 		r.mu.Lock()
@@ -94,15 +96,34 @@ func (r *Router) start(inst *instance, addr net.Addr) error {
 }
 
 // serverConfig is the template with the tenant's own settings: its log
-// field, and its quotas, which g enforces and keeps current.
-func (r *Router) serverConfig(rec Record, g *guard) server.Config {
+// field, its quotas, which g enforces and keeps current, its bound on
+// requests in flight, and what a tenant needs less of than a process.
+func (r *Router) serverConfig(rec Record, g *guard, in inflight) server.Config {
 	sc := r.cfg.Server
 	sc.Logger = r.lg.With(zap.String("tenant", rec.Name))
 	sc.TLS = tlsconfig.Config{}
 	sc.ListenClientURLs, sc.ListenClientHTTPURLs, sc.ListenMetricsURLs = nil, nil, nil
-	sc.ForwardWrites = false
+	// gRPC's reusable handler goroutines would be most of a quiet
+	// tenant's cost (64 of its 79 goroutines, half its memory); a busy one
+	// pays for growing a fresh stack per request instead.
+	sc.StreamWorkers = -1
+	// Likewise every method's gRPC series at zero (~400 KiB): a tenant's
+	// series appear with its first call of each method.
+	sc.LazyGRPCMetrics = true
+	sc.SharedMembers = r.cfg.Members
+	// A tenant's watch hub (its tail of the revision log) runs while it has
+	// watch streams.
+	sc.Watch.OnDemand = true
+	if r.peers != nil {
+		sc.ForwardPeers, sc.ForwardTenant = r.peers, tenantTag(rec)
+	} else {
+		sc.ForwardWrites = false
+	}
 	sc.Quota.Limit = g.bytes
 	sc.GRPCOptions = append(append([]grpc.ServerOption{}, sc.GRPCOptions...), g.options()...)
+	if in != nil {
+		sc.GRPCOptions = append(sc.GRPCOptions, grpc.ChainUnaryInterceptor(in.unary()))
+	}
 	return sc
 }
 
@@ -264,6 +285,7 @@ func (r *Router) Close() {
 		_ = l.Close()
 	}
 	r.conns.Wait()
+	r.stopPeers() // its requests hold tenants' servers: before they stop
 	for _, inst := range stop {
 		r.stop(inst, false)
 	}
@@ -276,6 +298,9 @@ func (r *Router) Close() {
 	r.refuse.Stop()
 	_ = r.refuseL.Close()
 	<-r.refuseDone
+	if r.peers != nil {
+		r.peers.Close()
+	}
 	if r.admin != nil {
 		r.admin.stop()
 	}

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fdb-etcd/fdb-etcd/server"
+	"github.com/fdb-etcd/fdb-etcd/server/cluster"
+	"github.com/fdb-etcd/fdb-etcd/server/forward"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
@@ -26,10 +28,9 @@ const (
 // Config configures a Router.
 type Config struct {
 	// Server is the template of every tenant's server. The router clears
-	// its TLS, listen URLs and write forwarding (a tenant's server serves
-	// connections the router has already accepted, and a forwarded write
-	// would reach the peer without its tenant), and applies the tenant's
-	// own quota.
+	// its TLS and listen URLs (a tenant's server serves connections the
+	// router has already accepted), keeps its write forwarding only with
+	// PeerTLS, and applies the tenant's own quota.
 	Server server.Config
 	// TLS is the client port's configuration (tlsconfig.Reloader's
 	// ServerConfig); it must require and verify client certificates, whose
@@ -38,6 +39,28 @@ type Config struct {
 	// AutoCreate creates the tenant of an unknown Common Name instead of
 	// refusing the connection (--tenant-auto-create).
 	AutoCreate bool
+	// PeerTLS is the client configuration this replica dials its peers
+	// with (tlsconfig.Reloader's ClientConfig). With Server.ForwardWrites,
+	// tenants' writes go to the replica that owns that tenant's writes, and
+	// a connection whose certificate has the Common Name of the one
+	// PeerTLS presents is a peer's: its requests run in the tenant they
+	// name. That name is therefore no tenant's. Nil: every replica commits
+	// its tenants' writes itself.
+	PeerTLS func() *tls.Config
+	// Members lists the replicas (the process's own server's MemberList,
+	// from the record each replica keeps in the root keyspace); tenants'
+	// servers list them under their own member ids instead of keeping a
+	// record per tenant, renewed every few seconds while it runs. Nil: each
+	// tenant's server keeps its own.
+	Members cluster.Members
+	// MaxInflight bounds the unary requests one tenant runs at once in this
+	// replica (the rest wait their turn), to keep one tenant's storm from
+	// crowding out the others; 0 means no bound. Measured with a 64-client
+	// write storm on 2 cores, a bound of 16 took the other tenant's put p99
+	// from 186 to 160 ms on Pebble: the storm is bound by the process's CPU,
+	// which a bound on concurrency does not share out, while it would hold
+	// up a lone tenant's writes behind its own slow LISTs.
+	MaxInflight int
 	// IdleTimeout is how long a tenant's server runs without connections
 	// before it stops; 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
@@ -86,6 +109,12 @@ type Router struct {
 
 	conns sync.WaitGroup // accept loops and connections being routed
 
+	// Forwarded writes (peer.go); nil without PeerTLS and ForwardWrites.
+	peers    *forward.Peers // tenants' servers forward through these
+	peerSrv  *grpc.Server   // serves peers' forwarded requests
+	peerL    *connListener
+	peerDone chan struct{}
+
 	mu        sync.Mutex
 	closed    bool                 // guarded by mu
 	listeners []net.Listener       // guarded by mu
@@ -99,6 +128,8 @@ type instance struct {
 	srv   *server.Server
 	l     *connListener
 	err   error
+
+	inflight inflight // its unary requests running now
 
 	conns    int           // guarded by Router.mu: connections handed to srv and open
 	stopIdle func() bool   // guarded by Router.mu: cancels the pending idle stop
@@ -156,6 +187,7 @@ func NewRouter(cfg Config, db storage.DB) (*Router, error) {
 		defer close(r.refuseDone)
 		_ = r.refuse.Serve(r.refuseL)
 	}()
+	r.startPeers()
 	return r, nil
 }
 
@@ -209,9 +241,13 @@ func (r *Router) route(c net.Conn) {
 		r.admin.l.deliver(tc)
 		return
 	}
+	if r.peerSrv != nil && name != "" && name == r.peerName() {
+		r.peerL.deliver(tc)
+		return
+	}
 	lctx, cancelLookup := context.WithTimeout(r.ctx, lookupTimeout)
 	defer cancelLookup()
-	inst, err := r.acquire(lctx, name, c.LocalAddr())
+	inst, err := r.acquire(lctx, name, c.LocalAddr(), r.cfg.AutoCreate)
 	if err != nil {
 		r.lg.Info("tenant connection refused", zap.String("tenant", name), zap.Error(err))
 		r.refuseL.deliver(tc)
@@ -227,13 +263,13 @@ func commonName(st tls.ConnectionState) string {
 	return st.VerifiedChains[0][0].Subject.CommonName
 }
 
-// lookup returns name's record, creating it with AutoCreate.
-func (r *Router) lookup(ctx context.Context, name string) (Record, error) {
+// lookup returns name's record, creating it if create.
+func (r *Router) lookup(ctx context.Context, name string, create bool) (Record, error) {
 	if name == "" {
 		return Record{}, errors.New("client certificate has no Common Name")
 	}
 	rec, err := r.reg.Get(ctx, name)
-	if !errors.Is(err, ErrNotFound) || !r.cfg.AutoCreate {
+	if !errors.Is(err, ErrNotFound) || !create {
 		return rec, err
 	}
 	rec, err = r.reg.Create(ctx, name, 0)

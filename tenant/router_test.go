@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net"
 	"runtime"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/server"
+	"github.com/fdb-etcd/fdb-etcd/server/cluster"
 	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig"
 	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig/tlstest"
 	"github.com/fdb-etcd/fdb-etcd/storage"
@@ -90,17 +92,17 @@ func startRouterOn(t testing.TB, db storage.DB, autoCreate bool, opts ...func(*C
 		sc.Logger = zap.NewNop() // a benchmark's log would stay in memory and count as the tenants'
 	}
 	sc.MVCC.SoleWriter = testdb.Backend() == "pebble"
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	timers := &idleTimers{}
-	cfg := Config{Server: sc, TLS: rl.ServerConfig(), AutoCreate: autoCreate,
-		AfterFunc: timers.AfterFunc, Logger: sc.Logger}
+	cfg := Config{Server: sc, TLS: rl.ServerConfig(), AutoCreate: autoCreate, AfterFunc: timers.AfterFunc,
+		Logger: sc.Logger, Members: replicaMembers(t, db, "replica", l.Addr().String())}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	r, err := NewRouter(cfg, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +111,21 @@ func startRouterOn(t testing.TB, db storage.DB, autoCreate bool, opts ...func(*C
 	}
 	t.Cleanup(r.Close)
 	return &env{t: t, ca: ca, addr: l.Addr().String(), router: r, db: db, timers: timers}
+}
+
+// replicaMembers keeps a replica's member record in the root keyspace, as
+// the process's own server does, until the test ends.
+func replicaMembers(t testing.TB, db storage.DB, name, addr string) cluster.Members {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id := fnv.New64a()
+	id.Write([]byte(name))
+	reg, err := cluster.NewRegistry(ctx, db, cluster.RegistryConfig{ID: id.Sum64(), Name: name, ClientURLs: []string{"https://" + addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Stop)
+	return reg.Members
 }
 
 // client dials the router with a client certificate for cn; the client

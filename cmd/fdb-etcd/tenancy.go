@@ -87,25 +87,27 @@ func startTenancy(cfg *config, sc server.Config, backend, db storage.DB, lg *zap
 		_ = db.Close()
 		return nil, err
 	}
-	metricsLimit := cfg.etcd.TenantMetricsLimit
-	if metricsLimit == 0 {
-		metricsLimit = -1 // the flag's 0 is tenant.Config's "none"
-	}
-	router, err := tenant.NewRouter(tenant.Config{Server: sc, TLS: tr.ServerConfig(),
-		AutoCreate: cfg.etcd.TenantAutoCreate, IdleTimeout: cfg.etcd.TenantIdleTimeout, Logger: lg,
-		AdminCNs: cfg.etcd.TenantAdminCNs, MetricsLimit: metricsLimit}, db)
+	root := sc
+	// Its client URLs are the router's, and writes forwarded to them are
+	// tenants'; nothing writes to the root keyspace through the API anyway.
+	root.ListenClientURLs, root.ForwardWrites = nil, false
+	srv, err := server.New(root, db)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
 	}
-	root := sc
-	// Its client URLs are the router's, which takes no forwarded writes;
-	// nothing writes to the root keyspace through the API anyway.
-	root.ListenClientURLs, root.ForwardWrites = nil, false
-	srv, err := server.New(root, db)
+	metricsLimit := cfg.etcd.TenantMetricsLimit
+	if metricsLimit == 0 {
+		metricsLimit = -1 // the flag's 0 is tenant.Config's "none"
+	}
+	// The root server's member record stands for the replica in every
+	// tenant's MemberList.
+	router, err := tenant.NewRouter(tenant.Config{Server: sc, TLS: tr.ServerConfig(),
+		AutoCreate: cfg.etcd.TenantAutoCreate, IdleTimeout: cfg.etcd.TenantIdleTimeout, Logger: lg,
+		AdminCNs: cfg.etcd.TenantAdminCNs, MetricsLimit: metricsLimit,
+		PeerTLS: tr.ClientConfig, Members: srv.Members}, db)
 	if err != nil {
-		router.Close()
-		_ = db.Close()
+		srv.Stop() // it closes the store
 		return nil, err
 	}
 	observeBackend(backend, srv)

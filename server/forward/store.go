@@ -39,6 +39,25 @@ const forwardedKey = "fdb-etcd-forwarded"
 // failure known not to have committed), not a broken connection.
 const answeredKey = "fdb-etcd-answered"
 
+// tenantKey carries the tenant a forwarded request belongs to, for a
+// receiver that serves many keyspaces on one port (package tenant). Only
+// the receiver decides whether to believe it: it must come from a peer.
+const tenantKey = "fdb-etcd-tenant"
+
+// Tenant returns the tenant a forwarded request names, and whether it names
+// one.
+func Tenant(ctx context.Context) (string, bool) {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return "", false
+	}
+	v := md.Get(tenantKey)
+	if len(v) != 1 || v[0] == "" {
+		return "", false
+	}
+	return v[0], true
+}
+
 // Owner is the view of ownership forwarding needs.
 type Owner interface {
 	View() owner.View
@@ -57,9 +76,10 @@ func (nopObserver) ForwardedWrite(string) {}
 
 // Forwarder routes writes to the owner.
 type Forwarder struct {
-	owner Owner
-	peers *Peers
-	obs   Observer
+	owner  Owner
+	peers  *Peers
+	obs    Observer
+	tenant string // sent with every forwarded request when not empty
 }
 
 // New returns a forwarder; obs may be nil.
@@ -68,6 +88,14 @@ func New(own Owner, peers *Peers, obs Observer) *Forwarder {
 		obs = nopObserver{}
 	}
 	return &Forwarder{owner: own, peers: peers, obs: obs}
+}
+
+// ForTenant makes f send tenant with every request it forwards, so that
+// the owner, which serves many tenants on one port, runs it in that
+// tenant's keyspace.
+func (f *Forwarder) ForTenant(tenant string) *Forwarder {
+	f.tenant = tenant
+	return f
 }
 
 // target returns the owner's connection, or false to run the request here:
@@ -92,8 +120,12 @@ func (f *Forwarder) target(ctx context.Context) (peer, bool) {
 	return p, ok
 }
 
-func outgoing(ctx context.Context) context.Context {
-	return metadata.NewOutgoingContext(ctx, metadata.Pairs(forwardedKey, "1"))
+func (f *Forwarder) outgoing(ctx context.Context) context.Context {
+	md := metadata.Pairs(forwardedKey, "1")
+	if f.tenant != "" {
+		md.Set(tenantKey, f.tenant)
+	}
+	return metadata.NewOutgoingContext(ctx, md)
 }
 
 // result classifies the owner's answer. An error the owner answered (its
@@ -128,7 +160,7 @@ func forward[Req, Resp any](f *Forwarder, ctx context.Context, r Req,
 		return local(ctx, r)
 	}
 	var trailer metadata.MD
-	resp, err := remote(p)(outgoing(ctx), r, grpc.Trailer(&trailer))
+	resp, err := remote(p)(f.outgoing(ctx), r, grpc.Trailer(&trailer))
 	return resp, f.result(ctx, err, trailer)
 }
 
