@@ -192,7 +192,8 @@ func (n *neighbour) loop() {
 }
 
 // step is request i of the neighbour's mix: puts, deletes, Txns, leases
-// revoked with their keys, compactions and a check of its whole keyspace.
+// revoked with their keys, compactions, Status and a check of its whole
+// keyspace.
 func (n *neighbour) step(ctx context.Context, i int) error {
 	k := neighbourKeys[i%len(neighbourKeys)]
 	switch {
@@ -200,6 +201,12 @@ func (n *neighbour) step(ctx context.Context, i int) error {
 		return n.compact(ctx)
 	case i%20 == 19:
 		return n.checkKeyspace(ctx)
+	case i%20 == 9:
+		st, err := n.s.maint.Status(ctx, &pb.StatusRequest{})
+		if err != nil {
+			return fmt.Errorf("Status: %w", err)
+		}
+		return n.expectRead(st.Header, "Status")
 	case i%25 == 11:
 		return n.leaseCycle(ctx, k, i)
 	case i%10 == 3:
