@@ -317,7 +317,8 @@ func TestDeleteBehindDeletedKeysIsStaged(t *testing.T) {
 	}
 }
 
-// historyProbe counts the history range reads of its transactions.
+// historyProbe counts the per-key history lookups of its transactions
+// (versionAt's reverse reads), not a range's reads of its values.
 type historyProbe struct {
 	storage.DB
 	reads atomic.Int64
@@ -333,7 +334,7 @@ type historyProbeTx struct {
 }
 
 func (t *historyProbeTx) GetRange(b, e []byte, o storage.RangeOptions) ([]storage.KeyValue, error) {
-	if len(b) > 0 && b[0] == keyspace.HistoryPrefix(nil)[0] {
+	if len(b) > 0 && b[0] == keyspace.HistoryPrefix(nil)[0] && o.Reverse {
 		t.p.reads.Add(1)
 	}
 	return t.ReadTx.GetRange(b, e, o)

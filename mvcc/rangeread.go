@@ -59,10 +59,13 @@ type rangeScan struct {
 	// count found there (-1: none), scanCount: the pages must be counted.
 	countable bool
 	scanCount bool
-	cached    int64
-	kept      []*entry
-	count     int
-	cursor    []byte
+	// valuesInPage: every kept key is returned (no filter, key order), so
+	// each page's transaction reads its keys' values too.
+	valuesInPage bool
+	cached       int64
+	kept         []*entry
+	count        int
+	cursor       []byte
 }
 
 // pageResult is what one read transaction found; it is applied to the scan
@@ -78,6 +81,13 @@ type pageResult struct {
 
 func (s *Store) rangeAttempt(ctx context.Context, r *pb.RangeRequest, withCount bool) (*pb.RangeResponse, error) {
 	q := &rangeScan{r: r, end: normEnd(r.RangeEnd), keep: keepFor(r), pageKeys: s.cfg.PageKeys, cached: -1, scanCount: withCount, cursor: r.Key}
+	// A range that returns every key it keeps reads their values in the
+	// transaction that finds them, so its pages hold no more keys than
+	// one transaction reads values for.
+	q.valuesInPage = !r.KeysOnly && !r.CountOnly && keyOrderPrefix(r)
+	if q.valuesInPage {
+		q.pageKeys = min(q.pageKeys, valuesPerTx)
+	}
 	// A range whose count the cache knows reads only the keys it returns.
 	// Filters and sorting read the whole range anyway.
 	q.countable = withCount && q.end != nil && (r.CountOnly || q.keep >= 0)
@@ -127,7 +137,9 @@ func (q *rangeScan) readPage(tx storage.ReadTx, counts *countCache, first bool) 
 	if q.end == nil {
 		single = r.Key
 	}
-	h, c, latest, err := readStateAnd(tx, single)
+	// At the head, so does its newest version, usually the one it returns.
+	newest := single != nil && r.Revision <= 0 && !r.KeysOnly && !r.CountOnly
+	h, c, key, err := readStateAnd(tx, single, newest)
 	if err != nil {
 		return res, err
 	}
@@ -157,22 +169,36 @@ func (q *rangeScan) readPage(tx storage.ReadTx, counts *countCache, first bool) 
 	if r.CountOnly && !scanCount {
 		return res, nil
 	}
-	if err := q.collect(tx, &res, scanCount, latest); err != nil {
+	if err := q.collect(tx, &res, scanCount, key); err != nil {
 		return res, err
 	}
-	// A small range read whole in this transaction gets its values here
-	// too: a second transaction would cost as much as the lookup (a
-	// single-key GET is most of what kube-apiserver reads from storage). A
-	// few values that the sort and limit then drop are the price.
-	if first && res.next == nil && len(res.entries) <= inlineValues && !r.KeysOnly && !r.CountOnly {
+	if q.valuesHere(first, res) {
 		return res, resolveValues(tx, res.entries)
 	}
 	return res, nil
 }
 
-// collect reads the live keys of one page at res.rev into res; latest is
-// the key's latest entry when the range is a single key.
-func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool, latest []byte) error {
+// valuesHere reports whether a page's transaction reads the values of the
+// keys it found: a second transaction would cost a read version and the
+// compaction check again. Every page of a range that returns all it keeps
+// does (a LIST, a page of one); so does a small range read whole in its
+// first page (a single-key GET is most of what kube-apiserver reads from
+// storage), where a few values that the sort and limit then drop are the
+// price.
+func (q *rangeScan) valuesHere(first bool, res pageResult) bool {
+	switch {
+	case q.r.KeysOnly || q.r.CountOnly || len(res.entries) == 0:
+		return false
+	case q.valuesInPage:
+		return true
+	default:
+		return first && res.next == nil && len(res.entries) <= inlineValues
+	}
+}
+
+// collect reads the live keys of one page at res.rev into res; key is what
+// the state's round trip read of the key when the range is a single key.
+func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool, key keyAtHead) error {
 	want := func() bool { return q.keep < 0 || len(q.kept)+len(res.entries) < q.keep }
 	visit := func(key []byte, m meta, ver *version) bool {
 		res.counted++
@@ -182,7 +208,10 @@ func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool, 
 		return scanCount || want()
 	}
 	if q.end == nil {
-		e, err := entryAt(tx, q.r.Key, latest, res.rev)
+		e, err := entryAt(tx, q.r.Key, key.latest, res.rev)
+		if err == nil {
+			err = key.withVersion(e)
+		}
 		if e != nil {
 			visit(e.key, e.meta, e.ver)
 		}
@@ -221,10 +250,13 @@ func keyOrderPrefix(r *pb.RangeRequest) bool {
 // transaction that found them.
 const inlineValues = 16
 
+// valuesPerTx bounds the values one read transaction reads.
+const valuesPerTx = 2_000
+
 // resolvePaged reads values in bounded read transactions, failing if a
 // compaction past rev could have removed them meanwhile.
 func (s *Store) resolvePaged(ctx context.Context, es []*entry, rev int64) error {
-	const perTx = 2_000
+	const perTx = valuesPerTx
 	if !slices.ContainsFunc(es, func(e *entry) bool { return !e.has }) {
 		return nil // resolved in the transaction that found them
 	}

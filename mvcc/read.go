@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"bytes"
+	"slices"
 	"sort"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -176,34 +177,16 @@ func rangeAt(tx storage.ReadTx, key, end []byte, rev int64, ov *overlay) ([]*ent
 // its chunks) by key and revision in a few batched reads.
 func resolveValues(tx storage.ReadTx, es []*entry) error {
 	var need []*entry
-	var keys [][]byte
 	for _, e := range es {
-		if e.has {
-			continue
-		}
-		if e.ver == nil {
+		if !e.has && e.ver == nil {
 			need = append(need, e)
-			keys = append(keys, keyspace.History(e.key, e.meta.ModRev))
 		}
 	}
-	if len(keys) > 0 {
-		vals, err := tx.GetMany(keys)
-		if err != nil {
-			return err
-		}
-		for i, e := range need {
-			if vals[i] == nil {
-				return errCorrupt
-			}
-			v, err := decodeVersion(vals[i])
-			if err != nil {
-				return err
-			}
-			e.ver = &v
-		}
+	if err := readLiveVersions(tx, need); err != nil {
+		return err
 	}
 	var chunked []*entry
-	keys = keys[:0]
+	var keys [][]byte
 	for _, e := range es {
 		if e.has {
 			continue
@@ -252,3 +235,86 @@ func (e *entry) kv(withValue bool) *mvccpb.KeyValue {
 	}
 	return kv
 }
+
+// scanVersionsMin is the fewest version records readLiveVersions reads with a
+// range read rather than point reads.
+const scanVersionsMin = 32
+
+// readLiveVersions reads the version records of es from history. Many records
+// (a LIST's page) are read with one range read over the history of their
+// keys, from the first wanted record to the last: FoundationDB serves a
+// range of rows for little more than one point read, where thousands of
+// point reads cost the storage server a request each (a LIST of 50,000
+// keys took five times as long as the same bytes read as ranges). The
+// rows between the wanted ones are other retained versions; the range
+// read is bounded, and what it did not reach is read by key.
+func readLiveVersions(tx storage.ReadTx, es []*entry) error {
+	if len(es) >= scanVersionsMin {
+		if err := scanVersions(tx, es); err != nil {
+			return err
+		}
+	}
+	var need []*entry
+	var keys [][]byte
+	for _, e := range es {
+		if e.ver == nil {
+			need = append(need, e)
+			keys = append(keys, keyspace.History(e.key, e.meta.ModRev))
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	vals, err := tx.GetMany(keys)
+	if err != nil {
+		return err
+	}
+	for i, e := range need {
+		if vals[i] == nil {
+			return errCorrupt
+		}
+		v, err := decodeVersion(vals[i])
+		if err != nil {
+			return err
+		}
+		e.ver = &v
+	}
+	return nil
+}
+
+// scanVersions fills in the version records of es that one range read over
+// their keys' history reaches, reading at most twice as many rows as es
+// has entries.
+func scanVersions(tx storage.ReadTx, es []*entry) error {
+	sorted := es
+	if !slices.IsSortedFunc(es, compareEntryKeys) {
+		sorted = slices.SortedFunc(slices.Values(es), compareEntryKeys)
+	}
+	want := make([][]byte, len(sorted))
+	for i, e := range sorted {
+		want[i] = keyspace.History(e.key, e.meta.ModRev)
+	}
+	i := 0
+	var ferr error
+	err := storage.Scan(tx, want[0], append(bytes.Clone(want[len(want)-1]), 0), 2*len(want), func(k, v []byte) bool {
+		for i < len(want) && bytes.Compare(want[i], k) < 0 {
+			i++ // no such row: left for the point read, which reports it
+		}
+		if i < len(want) && bytes.Equal(want[i], k) {
+			ver, err := decodeVersion(bytes.Clone(v))
+			if err != nil {
+				ferr = err
+				return false
+			}
+			sorted[i].ver = &ver
+			i++
+		}
+		return i < len(want)
+	})
+	if err != nil {
+		return err
+	}
+	return ferr
+}
+
+func compareEntryKeys(a, b *entry) int { return bytes.Compare(a.key, b.key) }

@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -148,31 +149,64 @@ func (s *Store) Rev(ctx context.Context) (rev, compacted int64, err error) {
 }
 
 func readState(tx storage.ReadTx) (revision.Head, compaction, error) {
-	h, c, _, err := readStateAnd(tx, nil)
+	h, c, _, err := readStateAnd(tx, nil, false)
 	return h, c, err
 }
 
-// readStateAnd is readState that also reads key's latest entry in the same
-// round trip, when key is not nil: a single-key read then needs no round
-// trip of its own to find the key.
-func readStateAnd(tx storage.ReadTx, key []byte) (revision.Head, compaction, []byte, error) {
+// keyAtHead is what a single-key read learns in the round trip that reads
+// the state: the key's latest entry, and, when asked for, the newest
+// version in its history — at the head, usually the live one, whose value
+// then needs no round trip of its own.
+type keyAtHead struct {
+	latest []byte
+	newest *storage.KeyValue
+}
+
+// readStateAnd is readState that also reads key's latest entry (and with
+// newest its newest history version) in the same round trip, when key is
+// not nil: a single-key read then needs no round trip of its own to find
+// the key.
+func readStateAnd(tx storage.ReadTx, key []byte, newest bool) (revision.Head, compaction, keyAtHead, error) {
 	keys := [][]byte{keyspace.Head, keyspace.Compaction}
+	var ranges []storage.RangeRead
 	if key != nil {
 		keys = append(keys, keyspace.Latest(key))
+		if newest {
+			p := keyspace.HistoryPrefix(key)
+			ranges = append(ranges, storage.RangeRead{Begin: p, End: storage.Strinc(p), Opt: storage.RangeOptions{Limit: 1, Reverse: true}})
+		}
 	}
-	vals, err := tx.GetMany(keys)
+	vals, kvs, err := storage.ReadBatch(tx, keys, ranges)
 	if err != nil {
-		return revision.Head{}, compaction{}, nil, err
+		return revision.Head{}, compaction{}, keyAtHead{}, err
 	}
 	h, err := revision.DecodeHead(vals[0])
 	if err != nil {
-		return h, compaction{}, nil, err
+		return h, compaction{}, keyAtHead{}, err
 	}
 	c, err := decodeCompaction(vals[1])
-	if key == nil {
-		return h, c, nil, err
+	var k keyAtHead
+	if key != nil {
+		k.latest = vals[2]
 	}
-	return h, c, vals[2], err
+	if len(kvs) == 1 && len(kvs[0]) == 1 {
+		k.newest = &kvs[0][0]
+	}
+	return h, c, k, err
+}
+
+// withVersion gives e the version record the state's round trip read when
+// that is e's version, so that its value needs no read of its own.
+func (k keyAtHead) withVersion(e *entry) error {
+	if e == nil || e.ver != nil || k.newest == nil || !bytes.Equal(k.newest.Key, keyspace.History(e.key, e.meta.ModRev)) {
+		return nil
+	}
+	v, err := decodeVersion(k.newest.Value)
+	if err != nil {
+		return err
+	}
+	e.ver = &v
+	return nil
 }
 
 func leaseExistsIn(tx storage.ReadTx) func(int64) (bool, error) {

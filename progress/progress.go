@@ -25,6 +25,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -226,4 +227,34 @@ func (c *ManualClock) Advance(d time.Duration) {
 		default:
 		}
 	}
+}
+
+// Served is the highest revision a process has put in a response header.
+// A progress answer at or above it tells no client of this process anything
+// older than what it was already told, so a hub that has dispatched it may
+// answer from memory (see watchhub). The zero value is ready; a nil *Served
+// observes nothing and loads 0.
+type Served struct {
+	rev atomic.Int64
+}
+
+// Observe raises the watermark to rev.
+func (s *Served) Observe(rev int64) {
+	if s == nil {
+		return
+	}
+	for {
+		cur := s.rev.Load()
+		if rev <= cur || s.rev.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
+}
+
+// Load returns the watermark.
+func (s *Served) Load() int64 {
+	if s == nil {
+		return 0
+	}
+	return s.rev.Load()
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/owner"
+	"github.com/fdb-etcd/fdb-etcd/progress"
 	"github.com/fdb-etcd/fdb-etcd/server/autocompact"
 	"github.com/fdb-etcd/fdb-etcd/server/cluster"
 	"github.com/fdb-etcd/fdb-etcd/server/forward"
@@ -113,6 +114,11 @@ type Config struct {
 	// DisableGRPCGateway turns off the /v3/ JSON gateway on the client port
 	// (etcd's --enable-grpc-gateway=false).
 	DisableGRPCGateway bool
+	// GRPCOptions are added after the server's own: interceptors given
+	// here run inside the metrics and request-log interceptors, so what
+	// they refuse is counted and logged like any other error. Package
+	// tenant adds its quotas here.
+	GRPCOptions []grpc.ServerOption
 }
 
 // Defaults fills zero fields with etcd's defaults.
@@ -202,7 +208,7 @@ func New(cfg Config, db storage.DB) (_ *Server, err error) {
 			s.abort()
 		}
 	}()
-	s.hdr = header.Filler{ClusterID: clusterID, MemberID: memberID(clusterID, cfg.Name)}
+	s.hdr = header.Filler{ClusterID: clusterID, MemberID: memberID(clusterID, cfg.Name), Served: &progress.Served{}}
 	s.startOwnership()
 	s.grpc = grpc.NewServer(s.grpcOptions()...)
 	kvStore, lessor := s.writeRoutes()
@@ -230,7 +236,7 @@ func (s *Server) abort() {
 
 func (s *Server) grpcOptions() []grpc.ServerOption {
 	cfg := &s.cfg
-	return append(s.ops.grpcOptions(cfg),
+	return append(append(s.ops.grpcOptions(cfg),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
@@ -248,7 +254,7 @@ func (s *Server) grpcOptions() []grpc.ServerOption {
 			Time:    cfg.GRPCKeepAliveInterval,
 			Timeout: cfg.GRPCKeepAliveTimeout,
 		}),
-	)
+	), cfg.GRPCOptions...)
 }
 
 // startOwnership starts this replica's part in the election of the owner
@@ -334,6 +340,7 @@ func (c compactStore) Rev(ctx context.Context) (int64, error) {
 func (s *Server) startWatch() error {
 	wc := s.cfg.Watch
 	wc.MaxMessageBytes, wc.Logger, wc.Observer = s.cfg.MaxRequestBytes+grpcOverheadBytes, s.lg, s.Metrics()
+	wc.Hub.Served, wc.Hub.SoleWriter = s.hdr.Served, s.cfg.MVCC.SoleWriter
 	ws, err := watch.New(context.Background(), s.store, s.hdr, wc)
 	if err != nil {
 		return err

@@ -48,6 +48,17 @@ type Config struct {
 	// returns the function that cancels the call.
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 	Logger    *zap.Logger
+	// AdminCNs are the Common Names of administrators
+	// (--tenant-admin-cn): their connections reach the admin service
+	// (admin.go) instead of a tenant.
+	AdminCNs []string
+	// MetricsLimit is how many tenants get series of their own
+	// (--tenant-metrics-limit); 0 means DefaultMetricsLimit, negative
+	// none.
+	MetricsLimit int
+	// Now is the clock of the request quota and the request latencies;
+	// nil means time.Now.
+	Now func() time.Time
 }
 
 // Router serves one client port for many tenants: it does the TLS
@@ -67,6 +78,11 @@ type Router struct {
 	refuse     *grpc.Server
 	refuseL    *connListener
 	refuseDone chan struct{}
+
+	// admin serves the connections of AdminCNs (admin.go); nil without.
+	admin    *adminServer
+	adminCNs map[string]bool
+	metrics  *Metrics
 
 	conns sync.WaitGroup // accept loops and connections being routed
 
@@ -91,6 +107,8 @@ type instance struct {
 
 	unwatch   context.CancelFunc // ends watchLive
 	watchDone chan struct{}      // closed when watchLive returns
+
+	guard *guard // the tenant's quotas and metrics; set before ready closes
 }
 
 // NewRouter returns a router over the shared store db; it serves once
@@ -111,12 +129,25 @@ func NewRouter(cfg Config, db storage.DB) (*Router, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MetricsLimit == 0 {
+		cfg.MetricsLimit = DefaultMetricsLimit
+	}
 	tlsCfg := cfg.TLS.Clone()
 	tlsCfg.ClientAuth = tls.RequireAndVerifyClientCert
 	cfg.TLS = tlsCfg
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Router{cfg: cfg, db: db, reg: NewRegistry(db), lg: cfg.Logger, ctx: ctx, close: cancel,
-		tenants: make(map[string]*instance), refuseDone: make(chan struct{})}
+		tenants: make(map[string]*instance), refuseDone: make(chan struct{}),
+		metrics: newMetrics(cfg.MetricsLimit), adminCNs: make(map[string]bool)}
+	for _, cn := range cfg.AdminCNs {
+		r.adminCNs[cn] = true
+	}
+	if len(r.adminCNs) > 0 {
+		r.admin = startAdminServer(r.reg.Admin())
+	}
 	r.refuse = grpc.NewServer(grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
 		return rpctypes.ErrGRPCPermissionDenied
 	}))
@@ -173,6 +204,11 @@ func (r *Router) route(c net.Conn) {
 		return
 	}
 	name := commonName(tc.ConnectionState())
+	if r.adminCNs[name] {
+		r.lg.Debug("admin connection", zap.String("cn", name))
+		r.admin.l.deliver(tc)
+		return
+	}
 	lctx, cancelLookup := context.WithTimeout(r.ctx, lookupTimeout)
 	defer cancelLookup()
 	inst, err := r.acquire(lctx, name, c.LocalAddr())

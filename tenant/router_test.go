@@ -72,7 +72,12 @@ type env struct {
 
 // startRouter serves a router on loopback over a fresh shared store, with
 // a real TLS configuration that requires client certificates.
-func startRouter(t testing.TB, autoCreate bool) *env {
+func startRouter(t testing.TB, autoCreate bool, opts ...func(*Config)) *env {
+	return startRouterOn(t, testdb.Open(t), autoCreate, opts...)
+}
+
+// startRouterOn is startRouter over db.
+func startRouterOn(t testing.TB, db storage.DB, autoCreate bool, opts ...func(*Config)) *env {
 	ca := tlstest.NewCA(t, "tenant-test-ca")
 	files := tlstest.Write(t, t.TempDir(), ca.Server(t, "localhost"), ca)
 	rl, err := tlsconfig.New(tlsconfig.Config{CertFile: files.Cert, KeyFile: files.Key,
@@ -80,15 +85,18 @@ func startRouter(t testing.TB, autoCreate bool) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := testdb.Open(t)
 	sc := server.Config{Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}
 	if _, bench := t.(*testing.B); bench {
 		sc.Logger = zap.NewNop() // a benchmark's log would stay in memory and count as the tenants'
 	}
 	sc.MVCC.SoleWriter = testdb.Backend() == "pebble"
 	timers := &idleTimers{}
-	r, err := NewRouter(Config{Server: sc, TLS: rl.ServerConfig(), AutoCreate: autoCreate,
-		AfterFunc: timers.AfterFunc, Logger: sc.Logger}, db)
+	cfg := Config{Server: sc, TLS: rl.ServerConfig(), AutoCreate: autoCreate,
+		AfterFunc: timers.AfterFunc, Logger: sc.Logger}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r, err := NewRouter(cfg, db)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/progress"
 )
 
 // Source is what the hub reads; *mvcc.Store implements it.
@@ -75,6 +76,20 @@ type Config struct {
 	StreamControl int
 	// RetryDelay is the pause after a storage error before retrying.
 	RetryDelay time.Duration
+	// Served is the process's response-header watermark (server/header).
+	// With it, a progress request on a synced stream is answered at once,
+	// from memory, when the hub has dispatched every revision the process
+	// has told any client (Stream.RequestProgress); nil answers every
+	// request only after reading the store's head.
+	Served *progress.Served
+	// SoleWriter says that no other process writes to the store (the
+	// embedded backend, mvcc.Config.SoleWriter), so a client can know of
+	// no revision this process did not tell it of, and an answer from
+	// memory is final.
+	// Otherwise (replicas on FoundationDB) the request still reads the
+	// store's head after answering from memory, and a newer head gets a
+	// second notification, as the answer without Served would carry.
+	SoleWriter bool
 }
 
 func (c *Config) defaults() {
@@ -474,12 +489,18 @@ const (
 // compacted watcher still registered, a watcher waiting for a future
 // revision) is dropped. The caller holds mu.
 func (h *Hub) progressReady(st *Stream) progressState {
+	return h.progressReadyAt(st, st.reqs.Target())
+}
+
+// progressReadyAt is progressReady for requests whose answer must carry at
+// least target. The caller holds mu.
+func (h *Hub) progressReadyAt(st *Stream, target int64) progressState {
 	if len(st.watchers) == 0 {
 		return progressDrop
 	}
-	need := st.reqs.Target()
+	need := target
 	for _, w := range st.watchers {
-		if w.state == stateCompacted || w.startRev > st.reqs.Target() {
+		if w.state == stateCompacted || w.startRev > target {
 			return progressDrop
 		}
 		need = max(need, w.createdRev)
