@@ -8,6 +8,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
@@ -133,16 +134,12 @@ func (q *rangeScan) apply(res pageResult, first bool) bool {
 func (q *rangeScan) readPage(tx storage.ReadTx, counts *countCache, first bool) (pageResult, error) {
 	r := q.r
 	res := pageResult{head: q.head, rev: q.rev, cached: q.cached}
-	var single []byte // a single key's latest entry comes with the state
-	if q.end == nil {
-		single = r.Key
-	}
-	// At the head, so does its newest version, usually the one it returns.
-	newest := single != nil && r.Revision <= 0 && !r.KeysOnly && !r.CountOnly
-	h, c, key, err := readStateAnd(tx, single, newest)
+	want := q.firstReads(first)
+	f, err := readFirst(tx, want)
 	if err != nil {
 		return res, err
 	}
+	h, c := f.head, f.comp
 	if first {
 		res.head, res.rev = h.Rev, r.Revision
 		switch {
@@ -169,7 +166,11 @@ func (q *rangeScan) readPage(tx storage.ReadTx, counts *countCache, first bool) 
 	if r.CountOnly && !scanCount {
 		return res, nil
 	}
-	if err := q.collect(tx, &res, scanCount, key); err != nil {
+	var pre *prefetched
+	if want.index != nil {
+		pre = &prefetched{rows: f.index, complete: len(f.index) < want.index.Opt.Limit}
+	}
+	if err := q.collect(tx, &res, scanCount, f.key, pre); err != nil {
 		return res, err
 	}
 	if q.valuesHere(first, res) {
@@ -196,9 +197,35 @@ func (q *rangeScan) valuesHere(first bool, res pageResult) bool {
 	}
 }
 
+// firstReads is what a page reads with the state: a single key's latest
+// entry (at the head, its newest version too, usually the one it returns),
+// or, for the first page of a range read at the head, its first index
+// entries — as many as the page keeps, which is all a limited range with a
+// cached count reads.
+func (q *rangeScan) firstReads(first bool) firstReads {
+	r := q.r
+	atHead := r.Revision <= 0 && !r.CountOnly
+	switch {
+	case q.end == nil:
+		return firstReads{key: r.Key, newest: atHead && !r.KeysOnly}
+	case !first || !atHead || len(q.end) > 0 && bytes.Compare(q.cursor, q.end) >= 0:
+		return firstReads{}
+	}
+	limit := q.pageKeys
+	if q.keep >= 0 {
+		limit = min(limit, q.keep)
+	}
+	if limit <= 0 {
+		return firstReads{}
+	}
+	b, e := keyspace.LatestRange(q.cursor, q.end)
+	return firstReads{index: &storage.RangeRead{Begin: b, End: e, Opt: storage.RangeOptions{Limit: limit}}}
+}
+
 // collect reads the live keys of one page at res.rev into res; key is what
-// the state's round trip read of the key when the range is a single key.
-func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool, key keyAtHead) error {
+// the state's round trip read of the key when the range is a single key,
+// pre the index entries it read when the page is a range's first.
+func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool, key keyAtHead, pre *prefetched) error {
 	want := func() bool { return q.keep < 0 || len(q.kept)+len(res.entries) < q.keep }
 	visit := func(key []byte, m meta, ver *version) bool {
 		res.counted++
@@ -220,7 +247,7 @@ func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool, 
 	if len(q.end) > 0 && bytes.Compare(q.cursor, q.end) >= 0 {
 		return nil
 	}
-	next, err := scanLive(tx, q.cursor, q.end, res.rev, q.pageKeys, visit)
+	next, err := scanLive(tx, q.cursor, q.end, res.rev, q.pageKeys, pre, visit)
 	res.next = next
 	return err
 }

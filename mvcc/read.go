@@ -28,7 +28,7 @@ type entry struct {
 // returns false. key is only valid during the call. It returns the key to resume from, or nil when the
 // range is exhausted. Index entries newer than rev are resolved from history,
 // so any retained revision reads exactly.
-func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, fn func(key []byte, m meta, ver *version) bool) ([]byte, error) {
+func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, pre *prefetched, fn func(key []byte, m meta, ver *version) bool) ([]byte, error) {
 	lb, le := keyspace.LatestRange(begin, end)
 	var (
 		n    int
@@ -67,10 +67,34 @@ func scanLive(tx storage.ReadTx, begin, end []byte, rev int64, pageKeys int, fn 
 		}
 		return true
 	}
-	if err := storage.Scan(tx, lb, le, pageKeys, visit); err != nil {
+	if pre != nil {
+		for _, kv := range pre.rows {
+			if !visit(kv.Key, kv.Value) {
+				return last, ferr
+			}
+		}
+		if pre.complete {
+			return nil, ferr
+		}
+		if len(pre.rows) > 0 {
+			lb = append(bytes.Clone(pre.rows[len(pre.rows)-1].Key), 0)
+		}
+	}
+	limit := pageKeys
+	if pageKeys > 0 {
+		limit = pageKeys - n
+	}
+	if err := storage.Scan(tx, lb, le, limit, visit); err != nil {
 		return nil, err
 	}
 	return last, ferr
+}
+
+// prefetched are the first index entries of a scan, read with the state
+// (firstReads.index); complete when they are every entry up to its end.
+type prefetched struct {
+	rows     []storage.KeyValue
+	complete bool
 }
 
 // versionAt returns key as of rev from history, or nil if it was absent.
@@ -147,7 +171,7 @@ func rangeAt(tx storage.ReadTx, key, end []byte, rev int64, ov *overlay) ([]*ent
 	}
 	cursor := key
 	for cursor != nil {
-		next, err := scanLive(tx, cursor, end, rev, 4096, func(key []byte, m meta, ver *version) bool {
+		next, err := scanLive(tx, cursor, end, rev, 4096, nil, func(key []byte, m meta, ver *version) bool {
 			if ov == nil || !ov.has(key) {
 				out = append(out, &entry{key: bytes.Clone(key), meta: m, ver: ver})
 			}
@@ -176,32 +200,45 @@ func rangeAt(tx storage.ReadTx, key, end []byte, rev int64, ov *overlay) ([]*ent
 // resolveValues fills in the values of entries, reading each version (and
 // its chunks) by key and revision in a few batched reads.
 func resolveValues(tx storage.ReadTx, es []*entry) error {
+	if err := readVersionRecords(tx, es); err != nil {
+		return err
+	}
+	var chunked []*entry
+	for _, e := range es {
+		switch {
+		case e.has:
+		case e.ver.Chunks == 1:
+			e.value, e.has = e.ver.First, true
+		default:
+			chunked = append(chunked, e)
+		}
+	}
+	return readChunks(tx, chunked)
+}
+
+// readVersionRecords reads, in one batch, the version record of each entry whose
+// value is still to be read and whose version is not known yet.
+func readVersionRecords(tx storage.ReadTx, es []*entry) error {
 	var need []*entry
 	for _, e := range es {
 		if !e.has && e.ver == nil {
 			need = append(need, e)
 		}
 	}
-	if err := readLiveVersions(tx, need); err != nil {
-		return err
+	return readLiveVersions(tx, need)
+}
+
+// readChunks reads, in one batch, the chunks after the first of values
+// split over several, and joins each value.
+func readChunks(tx storage.ReadTx, chunked []*entry) error {
+	if len(chunked) == 0 {
+		return nil
 	}
-	var chunked []*entry
 	var keys [][]byte
-	for _, e := range es {
-		if e.has {
-			continue
-		}
-		if e.ver.Chunks == 1 {
-			e.value, e.has = e.ver.First, true
-			continue
-		}
-		chunked = append(chunked, e)
+	for _, e := range chunked {
 		for i := 1; i < e.ver.Chunks; i++ {
 			keys = append(keys, keyspace.Chunk(e.key, e.meta.ModRev, i))
 		}
-	}
-	if len(chunked) == 0 {
-		return nil
 	}
 	vals, err := tx.GetMany(keys)
 	if err != nil {

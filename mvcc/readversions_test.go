@@ -129,3 +129,67 @@ func TestSingleKeyRangeDuringStagedDelete(t *testing.T) {
 		t.Fatalf("recreated: %v, %v", r.GetKvs(), err)
 	}
 }
+
+// The first page of a range read at the head comes with the state, in one
+// round trip, as many index entries as the page keeps; the rest of the page
+// (deleted keys among them, a count the cache does not know, pages smaller
+// than the limit) is scanned after them. Every limit, page size and count
+// must come out as a plain scan's.
+func TestFirstPageReadWithState(t *testing.T) {
+	ctx := context.Background()
+	for _, pageKeys := range []int{2, 3, 7, 100} {
+		s := openInternal(t, testdb.Open(t), Config{PageKeys: pageKeys})
+		live := map[string]bool{}
+		for i := range 30 {
+			k := fmt.Sprintf("p/%02d", i)
+			if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte(k)}); err != nil {
+				t.Fatal(err)
+			}
+			live[k] = true
+		}
+		for i := 0; i < 30; i += 3 { // every third deleted: index tombstones among the rows
+			k := fmt.Sprintf("p/%02d", i)
+			if _, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte(k)}); err != nil {
+				t.Fatal(err)
+			}
+			delete(live, k)
+		}
+		var keys []string
+		for i := range 30 {
+			if k := fmt.Sprintf("p/%02d", i); live[k] {
+				keys = append(keys, k)
+			}
+		}
+		for _, limit := range []int64{0, 1, 2, 5, 19, 20, 25} {
+			for n, from := range []string{"p/", "p/07", "p/28"} {
+				end := fmt.Sprintf("p0%d", n) // a new range each time: no cached count
+				r, err := s.Range(ctx, &pb.RangeRequest{Key: []byte(from), RangeEnd: []byte(end), Limit: limit})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var want []string
+				for _, k := range keys {
+					if k >= from {
+						want = append(want, k)
+					}
+				}
+				more := limit > 0 && int(limit) < len(want)
+				count := len(want)
+				if more {
+					want = want[:limit]
+				}
+				var got []string
+				for _, kv := range r.Kvs {
+					if string(kv.Value) != string(kv.Key) {
+						t.Fatalf("%s = %q", kv.Key, kv.Value)
+					}
+					got = append(got, string(kv.Key))
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want) || r.Count != int64(count) || r.More != more {
+					t.Fatalf("pages of %d, [%s, %s) limit %d: %v count %d more %v, want %v count %d more %v",
+						pageKeys, from, end, limit, got, r.Count, r.More, want, count, more)
+				}
+			}
+		}
+	}
+}

@@ -149,8 +149,8 @@ func (s *Store) Rev(ctx context.Context) (rev, compacted int64, err error) {
 }
 
 func readState(tx storage.ReadTx) (revision.Head, compaction, error) {
-	h, c, _, err := readStateAnd(tx, nil, false)
-	return h, c, err
+	f, err := readFirst(tx, firstReads{})
+	return f.head, f.comp, err
 }
 
 // keyAtHead is what a single-key read learns in the round trip that reads
@@ -162,37 +162,58 @@ type keyAtHead struct {
 	newest *storage.KeyValue
 }
 
-// readStateAnd is readState that also reads key's latest entry (and with
-// newest its newest history version) in the same round trip, when key is
-// not nil: a single-key read then needs no round trip of its own to find
-// the key.
-func readStateAnd(tx storage.ReadTx, key []byte, newest bool) (revision.Head, compaction, keyAtHead, error) {
+// firstReads names what a read transaction fetches in the round trip that
+// reads the head and the compaction record, so that it waits for no round
+// trip of its own to find its keys.
+type firstReads struct {
+	key    []byte             // a single key: its latest entry
+	newest bool               // and the newest version in its history
+	index  *storage.RangeRead // a range read at the head: its first index entries
+}
+
+// firstRead is what that round trip returned.
+type firstRead struct {
+	head  revision.Head
+	comp  compaction
+	key   keyAtHead
+	index []storage.KeyValue
+}
+
+// readFirst reads the state and what want names in one round trip.
+func readFirst(tx storage.ReadTx, want firstReads) (firstRead, error) {
+	var f firstRead
 	keys := [][]byte{keyspace.Head, keyspace.Compaction}
 	var ranges []storage.RangeRead
-	if key != nil {
-		keys = append(keys, keyspace.Latest(key))
-		if newest {
-			p := keyspace.HistoryPrefix(key)
+	if want.key != nil {
+		keys = append(keys, keyspace.Latest(want.key))
+		if want.newest {
+			p := keyspace.HistoryPrefix(want.key)
 			ranges = append(ranges, storage.RangeRead{Begin: p, End: storage.Strinc(p), Opt: storage.RangeOptions{Limit: 1, Reverse: true}})
 		}
 	}
+	if want.index != nil {
+		ranges = append(ranges, *want.index)
+	}
 	vals, kvs, err := storage.ReadBatch(tx, keys, ranges)
 	if err != nil {
-		return revision.Head{}, compaction{}, keyAtHead{}, err
+		return f, err
 	}
-	h, err := revision.DecodeHead(vals[0])
-	if err != nil {
-		return h, compaction{}, keyAtHead{}, err
+	if f.head, err = revision.DecodeHead(vals[0]); err != nil {
+		return f, err
 	}
-	c, err := decodeCompaction(vals[1])
-	var k keyAtHead
-	if key != nil {
-		k.latest = vals[2]
+	if f.comp, err = decodeCompaction(vals[1]); err != nil {
+		return f, err
 	}
-	if len(kvs) == 1 && len(kvs[0]) == 1 {
-		k.newest = &kvs[0][0]
+	if want.key != nil {
+		f.key.latest = vals[2]
+		if want.newest && len(kvs[0]) == 1 {
+			f.key.newest = &kvs[0][0]
+		}
 	}
-	return h, c, k, err
+	if want.index != nil {
+		f.index = kvs[len(kvs)-1]
+	}
+	return f, nil
 }
 
 // withVersion gives e the version record the state's round trip read when

@@ -172,7 +172,6 @@ type Server struct {
 	owner  *owner.Elector
 	lessor *lease.Lessor
 	peers  *forward.Peers // nil without ForwardWrites
-	watch  *watch.Server
 	hdr    header.Filler
 	grpc   *grpc.Server
 
@@ -345,16 +344,12 @@ func (s *Server) startWatch() error {
 	if err != nil {
 		return err
 	}
-	s.watch = ws
 	pb.RegisterWatchServer(s.grpc, ws)
 	s.OnShutdown(ws.Stop)
 	s.AddReadyCheck("watch", ws.Ready)
 	s.Metrics().SetWatchSource(ws.Stats)
 	return nil
 }
-
-// Watch exposes the Watch service, for tests and tools in this module.
-func (s *Server) Watch() *watch.Server { return s.watch }
 
 // Header returns the identity stamped on responses.
 func (s *Server) Header() header.Filler { return s.hdr }

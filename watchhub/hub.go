@@ -174,19 +174,20 @@ func (h *Hub) Rev() int64 {
 	return h.rev
 }
 
-// Stats is a snapshot for tests and metrics.
+// Stats is a snapshot of the hub's watchers and queues, for the metrics
+// scrape.
 type Stats struct {
 	// Rev is the revision up to which events are dispatched; Head the
 	// newest committed revision the hub knows of.
 	Rev, Head int64
 	// Watchers by state: synced, unsynced (catching up from the revision
 	// log; lagging ones not counted), lagging (fell behind their stream,
-	// etcd's victims), canceled for compaction but still registered.
-	Synced, Unsynced, Lagging, Compacted int
-	Streams                              int
-	// Queued is the number of responses queued on all streams, QueuedBytes
-	// their approximate event bytes.
-	Queued, QueuedBytes int
+	// etcd's victims).
+	Synced, Unsynced, Lagging int
+	Streams                   int
+	// QueuedBytes is the approximate event bytes of the responses queued
+	// on all streams.
+	QueuedBytes int
 }
 
 // Stats counts the hub's watchers.
@@ -202,13 +203,7 @@ func (h *Hub) Stats() Stats {
 				s.Unsynced++
 			}
 		}
-		for _, w := range st.watchers {
-			if w.state == stateCompacted {
-				s.Compacted++
-			}
-		}
-		n, b := st.Len()
-		s.Queued += n
+		_, b := st.Len()
 		s.QueuedBytes += b
 	}
 	return s

@@ -20,68 +20,65 @@ import (
 
 const wait = 20 * time.Second
 
+// gate holds the reads that pass it while it is held.
+type gate struct {
+	mu sync.Mutex
+	ch chan struct{} // nil while open
+}
+
+func (g *gate) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ch = make(chan struct{})
+}
+
+func (g *gate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.ch)
+	g.ch = nil
+}
+
+func (g *gate) pass(ctx context.Context) error {
+	g.mu.Lock()
+	ch := g.ch
+	g.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // gatedSource lets a test hold the hub's tail reads (no UpTo, values read)
-// while catch-up reads and progress requests' log reads go through.
+// while catch-up reads and progress requests' log reads go through, and
+// hold progress requests' reads of the head (keys only) on their own.
 type gatedSource struct {
 	*mvcc.Store
-	mu        sync.Mutex
-	gate      chan struct{}
-	probeGate chan struct{} // when set, holds progress requests' reads of the head
-	probes    atomic.Int64  // keys-only reads: progress requests' reads of the head
-	probed    atomic.Int64  // such reads done
+	gate                   // the hub's tail reads
+	probeGate gate         // progress requests' reads of the head
+	probes    atomic.Int64 // such reads started
+	probed    atomic.Int64 // such reads done
 }
 
-func (g *gatedSource) holdProbes() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.probeGate = make(chan struct{})
-}
-
-func (g *gatedSource) releaseProbes() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	close(g.probeGate)
-	g.probeGate = nil
-}
-
-func (g *gatedSource) hold() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.gate = make(chan struct{})
-}
-
-func (g *gatedSource) release() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	close(g.gate)
-	g.gate = nil
-}
+func (g *gatedSource) holdProbes()    { g.probeGate.hold() }
+func (g *gatedSource) releaseProbes() { g.probeGate.release() }
 
 func (g *gatedSource) ReadWatchEvents(ctx context.Context, r mvcc.WatchRead) (mvcc.EventBatch, error) {
 	if r.KeysOnly {
 		g.probes.Add(1)
 		defer g.probed.Add(1)
-		g.mu.Lock()
-		gate := g.probeGate
-		g.mu.Unlock()
-		if gate != nil {
-			select {
-			case <-gate:
-			case <-ctx.Done():
-				return mvcc.EventBatch{}, ctx.Err()
-			}
+		if err := g.probeGate.pass(ctx); err != nil {
+			return mvcc.EventBatch{}, err
 		}
 	}
 	if r.UpTo == 0 && !r.KeysOnly {
-		g.mu.Lock()
-		gate := g.gate
-		g.mu.Unlock()
-		if gate != nil {
-			select {
-			case <-gate:
-			case <-ctx.Done():
-				return mvcc.EventBatch{}, ctx.Err()
-			}
+		if err := g.gate.pass(ctx); err != nil {
+			return mvcc.EventBatch{}, err
 		}
 	}
 	return g.Store.ReadWatchEvents(ctx, r)

@@ -132,27 +132,16 @@ func forward[Req, Resp any](f *Forwarder, ctx context.Context, r Req,
 	return resp, f.result(ctx, err, trailer)
 }
 
-// Evaluator evaluates the KV service's requests: kv.Evaluator, declared
-// again because server/kv imports errmap, which imports this package.
-type Evaluator interface {
-	Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
-	RangeChunk(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
-	Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error)
-	DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
-	Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error)
-	Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error)
-}
-
-// KV is an Evaluator whose writes go to the owner; reads stay here.
+// KV is an evaluator whose writes go to the owner; reads stay here.
 type KV struct {
-	Evaluator
+	mvcc.Evaluator
 	f *Forwarder
 }
 
-var _ Evaluator = (*KV)(nil)
+var _ mvcc.Evaluator = (*KV)(nil)
 
 // KV wraps the local store.
-func (f *Forwarder) KV(local Evaluator) *KV { return &KV{Evaluator: local, f: f} }
+func (f *Forwarder) KV(local mvcc.Evaluator) *KV { return &KV{Evaluator: local, f: f} }
 
 // Put forwards or commits a put.
 func (k *KV) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {

@@ -39,6 +39,8 @@ var (
 		"The newest committed revision the watch hub knows of.", nil, nil)
 	descHubDispatched = prometheus.NewDesc("fdb_etcd_watch_hub_dispatched_revision",
 		"The newest revision the watch hub has dispatched to every synced watcher.", nil, nil)
+	descWatchQueued = prometheus.NewDesc("fdb_etcd_watch_queued_bytes",
+		"Approximate event bytes queued on the Watch streams, waiting for their clients to read them.", nil, nil)
 	descScrapeErrors = prometheus.NewDesc("fdb_etcd_scrape_store_error",
 		"1 when this scrape could not read the store's state.", nil, nil)
 )
@@ -48,7 +50,7 @@ type scrapeCollector struct{ m *Metrics }
 func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHasLeader, descCurrentRev, descCompactRev, descRev, descCompacted,
 		descDBSize, descDBSizeInUse, descDBSizeDebug, descWatchers, descSlowWatchers, descStreams,
-		descWatchersByState, descHubLag, descHubCommitted, descHubDispatched, descScrapeErrors} {
+		descWatchersByState, descHubLag, descHubCommitted, descHubDispatched, descWatchQueued, descScrapeErrors} {
 		ch <- d
 	}
 }
@@ -100,5 +102,6 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(ch, descHubCommitted, float64(w.CommittedRev))
 		gauge(ch, descHubDispatched, float64(w.DispatchedRev))
 		gauge(ch, descHubLag, float64(max(w.CommittedRev-w.DispatchedRev, 0)))
+		gauge(ch, descWatchQueued, float64(w.QueuedBytes))
 	}
 }

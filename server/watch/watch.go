@@ -104,9 +104,6 @@ func New(ctx context.Context, src watchhub.Source, hdr header.Filler, cfg Config
 	return &Server{hub: hub, hdr: hdr, cfg: cfg, lg: cfg.Logger, stopc: make(chan struct{})}, nil
 }
 
-// Hub exposes the watch hub, for tests.
-func (s *Server) Hub() *watchhub.Hub { return s.hub }
-
 // Ready is the readiness check: the hub has dispatched every revision the
 // store had committed when it was called.
 func (s *Server) Ready(ctx context.Context) error { return s.hub.WaitCaughtUp(ctx) }
@@ -117,7 +114,7 @@ func (s *Server) Stats() metrics.WatchStats {
 	return metrics.WatchStats{
 		CommittedRev: st.Head, DispatchedRev: st.Rev,
 		Synced: st.Synced, Unsynced: st.Unsynced, Lagging: st.Lagging,
-		Streams: st.Streams,
+		Streams: st.Streams, QueuedBytes: st.QueuedBytes,
 	}
 }
 
@@ -279,29 +276,8 @@ func (ss *stream) sendLoop(ctx context.Context, recvErr <-chan error) error {
 			}
 			continue
 		}
-		for i := range buf {
-			r := &buf[i]
-			switch r.Kind {
-			case watchhub.KindCreated:
-				if r.ProgressNotify {
-					periodic.Add(r.WatchID)
-				}
-			case watchhub.KindCanceled:
-				periodic.Remove(r.WatchID)
-			case watchhub.KindEvents:
-				periodic.Sent(r.WatchID)
-			}
-			if err := ss.send(r); err != nil {
-				ss.srv.lg.Debug("failed to send watch response", zap.Error(err))
-				return err
-			}
-			switch r.Kind {
-			case watchhub.KindEvents:
-				cfg.Observer.WatchEventsSent(len(r.Events))
-			case watchhub.KindProgress:
-				cfg.Observer.ProgressNotifySent(1)
-			}
-			buf[i] = watchhub.Response{}
+		if err := ss.sendBatch(buf, &periodic); err != nil {
+			return err
 		}
 		select {
 		case <-ticker.C():
@@ -314,6 +290,38 @@ func (ss *stream) sendLoop(ctx context.Context, recvErr <-chan error) error {
 			return err
 		}
 	}
+}
+
+// sendBatch sends buf in order, keeping the periodic progress
+// notifications in step with what the client has been told, and clears
+// each response it sent.
+func (ss *stream) sendBatch(buf []watchhub.Response, periodic *progress.Periodic) error {
+	obs := ss.srv.cfg.Observer
+	for i := range buf {
+		r := &buf[i]
+		switch r.Kind {
+		case watchhub.KindCreated:
+			if r.ProgressNotify {
+				periodic.Add(r.WatchID)
+			}
+		case watchhub.KindCanceled:
+			periodic.Remove(r.WatchID)
+		case watchhub.KindEvents:
+			periodic.Sent(r.WatchID)
+		}
+		if err := ss.send(r); err != nil {
+			ss.srv.lg.Debug("failed to send watch response", zap.Error(err))
+			return err
+		}
+		switch r.Kind {
+		case watchhub.KindEvents:
+			obs.WatchEventsSent(len(r.Events))
+		case watchhub.KindProgress:
+			obs.ProgressNotifySent(1)
+		}
+		buf[i] = watchhub.Response{}
+	}
+	return nil
 }
 
 // interrupted says, without waiting, whether the stream must end and with

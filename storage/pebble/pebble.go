@@ -27,7 +27,8 @@ type Options struct {
 	FS vfs.FS
 	// CacheBytes is the block cache size; 0 means 256 MiB.
 	CacheBytes int64
-	// NoSync skips the WAL fsync. Only for tests that measure something else.
+	// NoSync skips the WAL fsync (--unsafe-no-fsync): a crash of the
+	// machine can lose acknowledged writes.
 	NoSync bool
 }
 
