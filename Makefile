@@ -39,11 +39,13 @@ lint:
 	$(GO) vet -tags $(TESTHOOKS) $(PKGS)
 
 # test is what CI runs: formatting, vet, the race-enabled unit and server
-# tests, and the differential test against a real embedded etcd.
+# tests, and the differential test against a real embedded etcd (also with
+# fdb-etcd serving it to a tenant beside a busy second tenant).
 test: lint
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 	$(GO) test -race -count=1 -timeout 30m -tags $(TESTHOOKS) -run '$(TESTHOOKS_RUN)' ./mvcc/ ./cmd/fdb-etcd/
 	cd test/etcdcompat && $(GO) test -count=1 ./...
+	cd test/etcdcompat && ETCDCOMPAT_TENANT=1 $(GO) test -count=1 ./...
 	cd test/snapshot && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory robustness-short
 	$(MAKE) --no-print-directory test-deploy
@@ -109,6 +111,7 @@ test-fdb:
 	CGO_ENABLED=1 FDB_TESTS_REQUIRED=1 FDB_ETCD_TEST_BACKEND=fdb $(GO) test -tags fdb -race -count=1 $(FDB_PKGS)
 	CGO_ENABLED=1 FDB_TESTS_REQUIRED=1 FDB_ETCD_TEST_BACKEND=fdb $(GO) test -tags fdb,$(TESTHOOKS) -race -count=1 -run '$(TESTHOOKS_RUN)' ./mvcc/
 	$(GO) run ./internal/fdbserver/withfdb sh -c 'cd test/etcdcompat && ETCDCOMPAT_BACKEND=fdb $(GO) test -count=1 ./...'
+	$(GO) run ./internal/fdbserver/withfdb sh -c 'cd test/etcdcompat && ETCDCOMPAT_BACKEND=fdb ETCDCOMPAT_TENANT=1 $(GO) test -count=1 ./...'
 	$(GO) run ./internal/fdbserver/withfdb sh -c 'cd test/snapshot && SNAPSHOT_BACKEND=fdb $(GO) test -count=1 ./...'
 
 # fdb-clients installs the official FoundationDB client package (libfdb_c,

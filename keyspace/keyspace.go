@@ -299,6 +299,8 @@ var TenantLastID = []byte{famTenants, 'i'}
 // TenantLive is present exactly while tenant id exists: every transaction
 // of the tenant reads it, so deleting it (with the tenant's data, in one
 // transaction) fences off every transaction still running for the tenant.
+// Its value is the tenant's quotas (package tenant), which running servers
+// take from it.
 func TenantLive(id uint64) []byte {
 	return appendU64([]byte{famTenants, 'l'}, id)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/mvcc/mvcctest"
 	"github.com/fdb-etcd/fdb-etcd/owner"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/faulty"
@@ -214,7 +215,7 @@ func (n *node) rev(t *testing.T) int64 {
 // deletes returns, per revision in (from, head], the keys it deleted.
 func (n *node) deletes(t *testing.T, from int64) map[int64][]string {
 	t.Helper()
-	evs, _, err := n.store.ReadEvents(ctx(t), from+1, 1<<20)
+	evs, _, err := mvcctest.ReadEvents(ctx(t), n.store, from+1, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -788,7 +789,7 @@ func TestRevokeThousandKeysWithinLimits(t *testing.T) {
 	}
 	w.step(3601*time.Second, 1200*time.Second)
 	w.step(2*time.Second, 500*time.Millisecond)
-	evs, _, err := a.store.ReadEvents(c, before+1, 10)
+	evs, _, err := mvcctest.ReadEvents(c, a.store, before+1, 10)
 	if err != nil {
 		t.Fatal(err)
 	}

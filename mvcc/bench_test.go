@@ -34,10 +34,20 @@ func openBenchStore(b *testing.B, o pebble.Options) *mvcc.Store {
 	return s
 }
 
-// loadStore writes n keys with 2 KB values under /registry/pods/.
+// loadStore writes n keys with 2 KB values under /registry/pods/, on the
+// backend FDB_ETCD_TEST_BACKEND names (Pebble without syncs by default).
 func loadStore(b *testing.B, n int) *mvcc.Store {
 	b.Helper()
-	s := openBenchStore(b, pebble.Options{NoSync: true})
+	var s *mvcc.Store
+	if testdb.Backend() == "pebble" {
+		s = openBenchStore(b, pebble.Options{NoSync: true})
+	} else {
+		var err error
+		if s, err = mvcc.Open(testdb.Open(b), mvcc.Config{}); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(s.Close)
+	}
 	val := make([]byte, 2048)
 	var wg sync.WaitGroup
 	for w := 0; w < 16; w++ {

@@ -138,7 +138,7 @@ func FuzzValueChunking(f *testing.F) {
 		if err != nil || len(r.Kvs) != 1 || !bytes.Equal(r.Kvs[0].Value, value) || r.Kvs[0].ModRevision != put.Header.Revision {
 			t.Fatalf("read back of a %d-byte value: %v", len(value), err)
 		}
-		evs, _, err := fuzzStore.ReadEvents(ctx, put.Header.Revision, 1)
+		evs, err := revisionEvents(ctx, fuzzStore, put.Header.Revision)
 		if err != nil || len(evs) != 1 || len(evs[0].Events) != 1 || !bytes.Equal(evs[0].Events[0].Kv.Value, value) {
 			t.Fatalf("event of a %d-byte value: %v", len(value), err)
 		}

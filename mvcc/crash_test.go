@@ -206,9 +206,9 @@ func checkCrashImage(t *testing.T, name string, img crashImage) error {
 		if rev < c.Requested {
 			continue // compacted: only its survival in later state is visible
 		}
-		evs, _, err := s.ReadEvents(ctx, rev, 1)
+		evs, err := revisionEvents(ctx, s, rev)
 		if err != nil {
-			return fmt.Errorf("%s: ReadEvents(%d): %v", name, rev, err)
+			return fmt.Errorf("%s: revisionEvents(%d): %v", name, rev, err)
 		}
 		if len(evs) != 1 || evs[0].Rev != rev || len(evs[0].Events) != len(a.keys) {
 			return fmt.Errorf("%s: acknowledged revision %d (%v) reads back as %v", name, rev, a.keys, evs)

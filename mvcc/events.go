@@ -18,26 +18,6 @@ type RevisionEvents struct {
 	Events []*mvccpb.Event
 }
 
-// ReadEvents returns the events, with PrevKv, of the revisions from..from+maxRevs-1
-// up to the head, and the head revision: ReadWatchEvents read to the end of
-// that range, for callers that want it whole. A from below the compacted
-// revision fails with ErrCompacted.
-func (s *Store) ReadEvents(ctx context.Context, from int64, maxRevs int) ([]RevisionEvents, int64, error) {
-	var out []RevisionEvents
-	upTo := from + int64(maxRevs) - 1
-	for {
-		b, err := s.ReadWatchEvents(ctx, WatchRead{From: from, UpTo: upTo, PrevKV: true})
-		if err != nil {
-			return nil, b.Head, err
-		}
-		out = append(out, b.Revs...)
-		if b.To >= min(upTo, b.Head) {
-			return out, b.Head, nil
-		}
-		from = b.To + 1
-	}
-}
-
 // WaitRev blocks until the current revision exceeds after, and returns it.
 // It is woken by the storage's commit notification, never by polling.
 func (s *Store) WaitRev(ctx context.Context, after int64) (int64, error) {

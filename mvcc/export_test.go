@@ -13,6 +13,7 @@ import (
 
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/mvcc/mvcctest"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/faulty"
 )
@@ -64,7 +65,7 @@ func TestExportPersistedMatchesRevisionLog(t *testing.T) {
 	}
 	var logged []mvcc.RevisionEvents
 	for from := int64(2); from <= head; {
-		evs, _, err := s.ReadEvents(ctx, from, 100)
+		evs, _, err := mvcctest.ReadEvents(ctx, s, from, 100)
 		if err != nil {
 			t.Fatal(err)
 		}

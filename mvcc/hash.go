@@ -30,15 +30,26 @@ func (s *Store) HashKV(ctx context.Context, rev int64) (hash uint32, hashRev, co
 	if rev < compacted {
 		return 0, 0, 0, ErrCompacted
 	}
-	type item struct {
-		k, v []byte
-		keep bool // in etcd's Keep(rev)
+	items, keeps, err := s.hashItems(ctx, rev, compacted)
+	if errors.Is(err, ErrCompactionMoved) {
+		err = ErrCompacted
 	}
-	var (
-		items   []item
-		lastKey []byte
-		keeps   int
-	)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return hashOf(items, keeps, compacted), rev, compacted, nil
+}
+
+// hashItem is one version as etcd's hash reads it from its key bucket.
+type hashItem struct {
+	k, v []byte
+	keep bool // in etcd's Keep(rev)
+}
+
+// hashItems lists the versions retained at rev, in key order, and counts
+// those in etcd's Keep(rev): each key's newest, unless a tombstone.
+func (s *Store) hashItems(ctx context.Context, rev, compacted int64) (items []hashItem, keeps int, err error) {
+	var lastKey []byte
 	err = s.WalkRetained(ctx, rev, compacted, func(rv RetainedVersion) error {
 		// The walk is in key order, so a key's last version is its newest.
 		key := rv.KV.Key
@@ -50,19 +61,18 @@ func (s *Store) HashKV(ctx context.Context, rev int64) (hash uint32, hashRev, co
 		if err != nil {
 			return err
 		}
-		items = append(items, item{k: rv.RevisionKey(), v: v, keep: !rv.Tombstone})
+		items = append(items, hashItem{k: rv.RevisionKey(), v: v, keep: !rv.Tombstone})
 		if !rv.Tombstone {
 			keeps++
 		}
 		lastKey = key
 		return nil
 	})
-	if errors.Is(err, ErrCompactionMoved) {
-		err = ErrCompacted
-	}
-	if err != nil {
-		return 0, 0, 0, err
-	}
+	return items, keeps, err
+}
+
+// hashOf hashes items in revision order as etcd's HashKV does.
+func hashOf(items []hashItem, keeps int, compacted int64) uint32 {
 	sort.Slice(items, func(i, j int) bool { return bytes.Compare(items[i].k, items[j].k) < 0 })
 	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 	h.Write([]byte("key"))
@@ -77,5 +87,5 @@ func (s *Store) HashKV(ctx context.Context, rev int64) (hash uint32, hashRev, co
 		h.Write(it.k)
 		h.Write(it.v)
 	}
-	return h.Sum32(), rev, compacted, nil
+	return h.Sum32()
 }

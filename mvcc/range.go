@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"bytes"
+	"slices"
 	"sort"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -48,47 +49,9 @@ func buildRange(r *pb.RangeRequest, kept []*entry, count int, headerRev int64, r
 	if r.CountOnly {
 		return resp, nil
 	}
-	prune := func(drop func(e *entry) bool) {
-		j := 0
-		for _, e := range kept {
-			if !drop(e) {
-				kept[j] = e
-				j++
-			}
-		}
-		kept = kept[:j]
-	}
-	if r.MaxModRevision != 0 {
-		prune(func(e *entry) bool { return e.meta.ModRev > r.MaxModRevision })
-	}
-	if r.MinModRevision != 0 {
-		prune(func(e *entry) bool { return e.meta.ModRev < r.MinModRevision })
-	}
-	if r.MaxCreateRevision != 0 {
-		prune(func(e *entry) bool { return e.meta.CreateRev > r.MaxCreateRevision })
-	}
-	if r.MinCreateRevision != 0 {
-		prune(func(e *entry) bool { return e.meta.CreateRev < r.MinCreateRevision })
-	}
-
-	order := r.SortOrder
-	if r.SortTarget != pb.RangeRequest_KEY && order == pb.RangeRequest_NONE {
-		order = pb.RangeRequest_ASCEND
-	} else if r.SortTarget == pb.RangeRequest_KEY && order == pb.RangeRequest_ASCEND {
-		order = pb.RangeRequest_NONE // already in key order
-	}
-	if order != pb.RangeRequest_NONE {
-		if r.SortTarget == pb.RangeRequest_VALUE {
-			if err := resolve(kept); err != nil {
-				return nil, err
-			}
-		}
-		s := entrySort{es: kept, target: r.SortTarget}
-		if order == pb.RangeRequest_DESCEND {
-			sort.Sort(sort.Reverse(s))
-		} else {
-			sort.Sort(s)
-		}
+	kept = slices.DeleteFunc(kept, outsideRevisions(r))
+	if err := sortRange(r, kept, resolve); err != nil {
+		return nil, err
 	}
 	if r.Limit > 0 && len(kept) > int(r.Limit) {
 		kept = kept[:r.Limit]
@@ -104,6 +67,45 @@ func buildRange(r *pb.RangeRequest, kept []*entry, count int, headerRev int64, r
 		resp.Kvs[i] = e.kv(!r.KeysOnly)
 	}
 	return resp, nil
+}
+
+// outsideRevisions is r's filter on mod and create revisions: it reports
+// the entries the response leaves out.
+func outsideRevisions(r *pb.RangeRequest) func(e *entry) bool {
+	return func(e *entry) bool {
+		m := e.meta
+		return r.MaxModRevision != 0 && m.ModRev > r.MaxModRevision ||
+			r.MinModRevision != 0 && m.ModRev < r.MinModRevision ||
+			r.MaxCreateRevision != 0 && m.CreateRev > r.MaxCreateRevision ||
+			r.MinCreateRevision != 0 && m.CreateRev < r.MinCreateRevision
+	}
+}
+
+// sortRange orders kept, which is in key order, as r asks: by a target
+// other than the key ascending unless told otherwise, as etcd does. Sorting
+// by value reads the values first.
+func sortRange(r *pb.RangeRequest, kept []*entry, resolve func([]*entry) error) error {
+	order := r.SortOrder
+	if r.SortTarget != pb.RangeRequest_KEY && order == pb.RangeRequest_NONE {
+		order = pb.RangeRequest_ASCEND
+	} else if r.SortTarget == pb.RangeRequest_KEY && order == pb.RangeRequest_ASCEND {
+		order = pb.RangeRequest_NONE // already in key order
+	}
+	if order == pb.RangeRequest_NONE {
+		return nil
+	}
+	if r.SortTarget == pb.RangeRequest_VALUE {
+		if err := resolve(kept); err != nil {
+			return err
+		}
+	}
+	s := entrySort{es: kept, target: r.SortTarget}
+	if order == pb.RangeRequest_DESCEND {
+		sort.Sort(sort.Reverse(s))
+	} else {
+		sort.Sort(s)
+	}
+	return nil
 }
 
 // entrySort orders like etcd's kvSort family, with sort.Sort, so that ties

@@ -8,6 +8,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
@@ -68,10 +69,13 @@ type rangeScan struct {
 	// count found there (-1: none), scanCount: the pages must be counted.
 	countable bool
 	scanCount bool
-	cached    int64
-	kept      []*entry
-	count     int
-	cursor    []byte
+	// valuesInPage: every kept key is returned (no filter, key order), so
+	// each page's transaction reads its keys' values too.
+	valuesInPage bool
+	cached       int64
+	kept         []*entry
+	count        int
+	cursor       []byte
 }
 
 // pageResult is what one read transaction found; it is applied to the scan
@@ -87,6 +91,13 @@ type pageResult struct {
 
 func (s *Store) rangeAttempt(ctx context.Context, r *pb.RangeRequest, withCount bool) (*pb.RangeResponse, error) {
 	q := &rangeScan{r: r, end: normEnd(r.RangeEnd), keep: keepFor(r), pageKeys: s.cfg.PageKeys, cached: -1, scanCount: withCount, cursor: r.Key}
+	// A range that returns every key it keeps reads their values in the
+	// transaction that finds them, so its pages hold no more keys than
+	// one transaction reads values for.
+	q.valuesInPage = !r.KeysOnly && !r.CountOnly && keyOrderPrefix(r)
+	if q.valuesInPage {
+		q.pageKeys = min(q.pageKeys, valuesPerTx)
+	}
 	// A range whose count the cache knows reads only the keys it returns.
 	// Filters and sorting read the whole range anyway.
 	q.countable = withCount && q.end != nil && (r.CountOnly || q.keep >= 0)
@@ -132,14 +143,12 @@ func (q *rangeScan) apply(res pageResult, first bool) bool {
 func (q *rangeScan) readPage(tx storage.ReadTx, counts *countCache, first bool) (pageResult, error) {
 	r := q.r
 	res := pageResult{head: q.head, rev: q.rev, cached: q.cached}
-	var single []byte // a single key's latest entry comes with the state
-	if q.end == nil {
-		single = r.Key
-	}
-	h, c, latest, err := readStateAnd(tx, single)
+	want := q.firstReads(first)
+	f, err := readFirst(tx, want)
 	if err != nil {
 		return res, err
 	}
+	h, c := f.head, f.comp
 	if first {
 		res.head, res.rev = h.Rev, r.Revision
 		switch {
@@ -166,22 +175,66 @@ func (q *rangeScan) readPage(tx storage.ReadTx, counts *countCache, first bool) 
 	if r.CountOnly && !scanCount {
 		return res, nil
 	}
-	if err := q.collect(tx, &res, scanCount, latest); err != nil {
+	var pre *prefetched
+	if want.index != nil {
+		pre = &prefetched{rows: f.index, complete: len(f.index) < want.index.Opt.Limit}
+	}
+	if err := q.collect(tx, &res, scanCount, f.key, pre); err != nil {
 		return res, err
 	}
-	// A small range read whole in this transaction gets its values here
-	// too: a second transaction would cost as much as the lookup (a
-	// single-key GET is most of what kube-apiserver reads from storage). A
-	// few values that the sort and limit then drop are the price.
-	if first && res.next == nil && len(res.entries) <= inlineValues && !r.KeysOnly && !r.CountOnly {
+	if q.valuesHere(first, res) {
 		return res, resolveValues(tx, res.entries)
 	}
 	return res, nil
 }
 
-// collect reads the live keys of one page at res.rev into res; latest is
-// the key's latest entry when the range is a single key.
-func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool, latest []byte) error {
+// valuesHere reports whether a page's transaction reads the values of the
+// keys it found: a second transaction would cost a read version and the
+// compaction check again. Every page of a range that returns all it keeps
+// does (a LIST, a page of one); so does a small range read whole in its
+// first page (a single-key GET is most of what kube-apiserver reads from
+// storage), where a few values that the sort and limit then drop are the
+// price.
+func (q *rangeScan) valuesHere(first bool, res pageResult) bool {
+	switch {
+	case q.r.KeysOnly || q.r.CountOnly || len(res.entries) == 0:
+		return false
+	case q.valuesInPage:
+		return true
+	default:
+		return first && res.next == nil && len(res.entries) <= inlineValues
+	}
+}
+
+// firstReads is what a page reads with the state: a single key's latest
+// entry (at the head, its newest version too, usually the one it returns),
+// or, for the first page of a range read at the head, its first index
+// entries — as many as the page keeps, which is all a limited range with a
+// cached count reads.
+func (q *rangeScan) firstReads(first bool) firstReads {
+	r := q.r
+	atHead := r.Revision <= 0 && !r.CountOnly
+	switch {
+	case q.end == nil:
+		return firstReads{key: r.Key, newest: atHead && !r.KeysOnly}
+	case !first || !atHead || len(q.end) > 0 && bytes.Compare(q.cursor, q.end) >= 0:
+		return firstReads{}
+	}
+	limit := q.pageKeys
+	if q.keep >= 0 {
+		limit = min(limit, q.keep)
+	}
+	if limit <= 0 {
+		return firstReads{}
+	}
+	b, e := keyspace.LatestRange(q.cursor, q.end)
+	return firstReads{index: &storage.RangeRead{Begin: b, End: e, Opt: storage.RangeOptions{Limit: limit}}}
+}
+
+// collect reads the live keys of one page at res.rev into res; key is what
+// the state's round trip read of the key when the range is a single key,
+// pre the index entries it read when the page is a range's first.
+func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool, key keyAtHead, pre *prefetched) error {
 	want := func() bool { return q.keep < 0 || len(q.kept)+len(res.entries) < q.keep }
 	visit := func(key []byte, m meta, ver *version) bool {
 		res.counted++
@@ -191,7 +244,10 @@ func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool, 
 		return scanCount || want()
 	}
 	if q.end == nil {
-		e, err := entryAt(tx, q.r.Key, latest, res.rev)
+		e, err := entryAt(tx, q.r.Key, key.latest, res.rev)
+		if err == nil {
+			err = key.withVersion(e)
+		}
 		if e != nil {
 			visit(e.key, e.meta, e.ver)
 		}
@@ -200,7 +256,7 @@ func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool, 
 	if len(q.end) > 0 && bytes.Compare(q.cursor, q.end) >= 0 {
 		return nil
 	}
-	next, err := scanLive(tx, q.cursor, q.end, res.rev, q.pageKeys, visit)
+	next, err := scanLive(tx, q.cursor, q.end, res.rev, q.pageKeys, pre, visit)
 	res.next = next
 	return err
 }
@@ -230,10 +286,13 @@ func keyOrderPrefix(r *pb.RangeRequest) bool {
 // transaction that found them.
 const inlineValues = 16
 
+// valuesPerTx bounds the values one read transaction reads.
+const valuesPerTx = 2_000
+
 // resolvePaged reads values in bounded read transactions, failing if a
 // compaction past rev could have removed them meanwhile.
 func (s *Store) resolvePaged(ctx context.Context, es []*entry, rev int64) error {
-	const perTx = 2_000
+	const perTx = valuesPerTx
 	if !slices.ContainsFunc(es, func(e *entry) bool { return !e.has }) {
 		return nil // resolved in the transaction that found them
 	}

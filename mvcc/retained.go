@@ -147,91 +147,123 @@ func (sv snapVersion) retained() RetainedVersion {
 func (w *historyWalk) run(ctx context.Context, emit func(RetainedVersion) error) error {
 	begin, end := keyspace.HistoryAll()
 	for begin != nil {
-		cur0, pending0 := w.cur, w.pending
-		var (
-			out  []snapVersion
-			next []byte
-		)
+		var page walkPage
 		err := w.s.db.View(ctx, func(tx storage.ReadTx) error {
-			w.cur, w.pending, out, next = cur0, pending0, nil, nil
-			_, c, err := readState(tx)
-			if err != nil {
-				return err
-			}
-			if c.Requested != w.compacted {
-				return ErrCompactionMoved
-			}
-			kvs, err := snapshotPage(tx, begin, end)
-			if err != nil {
-				return err
-			}
-			for _, kv := range kvs {
-				key, modRev, err := keyspace.ParseHistory(kv.Key)
-				if err != nil {
-					return err
-				}
-				if modRev > w.rev {
-					continue
-				}
-				v, err := decodeVersion(kv.Value)
-				if err != nil {
-					return err
-				}
-				if !bytes.Equal(key, w.cur) {
-					out = w.flushPending(out)
-					w.cur = key
-				}
-				sv := snapVersion{e: &entry{key: key, meta: v.Meta(modRev), ver: &v}, sub: v.Sub}
-				if modRev <= w.compacted {
-					// Superseded by any newer version at or below compacted.
-					w.pending = &sv
-					continue
-				}
-				out = w.flushPending(out)
-				out = append(out, sv)
-			}
-			if len(kvs) > 0 && (len(kvs) == snapshotPageKeys || snapshotPageFull(kvs)) {
-				next = append(bytes.Clone(kvs[len(kvs)-1].Key), 0)
-			}
-			var resolve []*entry
-			for _, sv := range out {
-				if !sv.e.meta.Tombstone {
-					resolve = append(resolve, sv.e)
-				}
-			}
-			if w.pending != nil && !w.pending.e.meta.Tombstone {
-				// Read its value now: this transaction sees it.
-				resolve = append(resolve, w.pending.e)
-			}
-			return resolveValues(tx, resolve)
+			var err error
+			page, err = w.readPage(tx, begin, end)
+			return err
 		})
 		if err != nil {
 			return err
 		}
-		for _, sv := range out {
-			if err := emit(sv.retained()); err != nil {
-				return err
-			}
-		}
-		begin = next
-	}
-	for _, sv := range w.flushPending(nil) {
-		if err := emit(sv.retained()); err != nil {
+		w.cur, w.pending = page.cur, page.pending
+		if err := emitAll(page.out, emit); err != nil {
 			return err
 		}
+		begin = page.next
 	}
+	last := walkPage{pending: w.pending}
+	last.flushPending(w.compacted)
+	return emitAll(last.out, emit)
+}
+
+// walkPage is what one read transaction of the walk found: the versions to
+// emit, the walk's key and pending version after them, and where the next
+// page begins (nil at the end). It is taken into the walk only once the
+// transaction has succeeded, so a retried transaction starts from the same
+// state.
+type walkPage struct {
+	out     []snapVersion
+	cur     []byte
+	pending *snapVersion
+	next    []byte
+}
+
+// readPage reads the page of history that starts at begin and decides
+// which of its versions are retained, with their values.
+func (w *historyWalk) readPage(tx storage.ReadTx, begin, end []byte) (walkPage, error) {
+	page := walkPage{cur: w.cur, pending: w.pending}
+	_, c, err := readState(tx)
+	if err != nil {
+		return page, err
+	}
+	if c.Requested != w.compacted {
+		return page, ErrCompactionMoved
+	}
+	kvs, err := snapshotPage(tx, begin, end)
+	if err != nil {
+		return page, err
+	}
+	for _, kv := range kvs {
+		if err := w.add(&page, kv); err != nil {
+			return page, err
+		}
+	}
+	if len(kvs) > 0 && (len(kvs) == snapshotPageKeys || snapshotPageFull(kvs)) {
+		page.next = append(bytes.Clone(kvs[len(kvs)-1].Key), 0)
+	}
+	return page, resolveValues(tx, page.toResolve())
+}
+
+// add decides on one history entry: a version newer than the walk's
+// revision is not there yet; one at or below compacted is pending until the
+// key's next version says whether it is kept; the others are kept.
+func (w *historyWalk) add(page *walkPage, kv storage.KeyValue) error {
+	key, modRev, err := keyspace.ParseHistory(kv.Key)
+	if err != nil || modRev > w.rev {
+		return err
+	}
+	v, err := decodeVersion(kv.Value)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(key, page.cur) {
+		page.flushPending(w.compacted)
+		page.cur = key
+	}
+	sv := snapVersion{e: &entry{key: key, meta: v.Meta(modRev), ver: &v}, sub: v.Sub}
+	if modRev <= w.compacted {
+		// Superseded by any newer version at or below compacted.
+		page.pending = &sv
+		return nil
+	}
+	page.flushPending(w.compacted)
+	page.out = append(page.out, sv)
 	return nil
+}
+
+// toResolve is the entries whose values the page must read: those it emits
+// and the pending one, which this transaction sees, not tombstones.
+func (page *walkPage) toResolve() []*entry {
+	var resolve []*entry
+	for _, sv := range page.out {
+		if !sv.e.meta.Tombstone {
+			resolve = append(resolve, sv.e)
+		}
+	}
+	if page.pending != nil && !page.pending.e.meta.Tombstone {
+		resolve = append(resolve, page.pending.e)
+	}
+	return resolve
 }
 
 // flushPending ends the current key's versions at or below compacted: etcd
 // 3.6 keeps the newest of them unless it is a tombstone below compacted (its
 // keyIndex.compact keeps a tombstone at the compaction revision itself).
-func (w *historyWalk) flushPending(out []snapVersion) []snapVersion {
-	if p := w.pending; p != nil && (!p.e.meta.Tombstone || p.e.meta.ModRev == w.compacted) {
-		out = append(out, *p)
+func (page *walkPage) flushPending(compacted int64) {
+	if p := page.pending; p != nil && (!p.e.meta.Tombstone || p.e.meta.ModRev == compacted) {
+		page.out = append(page.out, *p)
 	}
-	w.pending = nil
-	return out
+	page.pending = nil
+}
+
+func emitAll(out []snapVersion, emit func(RetainedVersion) error) error {
+	for _, sv := range out {
+		if err := emit(sv.retained()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // snapshotPage reads up to snapshotPageKeys history entries, stopping early

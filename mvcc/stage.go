@@ -69,7 +69,7 @@ func (s *Store) overStageBytes(kvs []storage.KeyValue, prefixLen int) bool {
 func (s *Store) deleteOversized(tx storage.ReadTx, key, end []byte, rev int64) (bool, error) {
 	n, read := 0, 0
 	for cursor := key; cursor != nil && (len(end) == 0 || bytes.Compare(cursor, end) < 0); {
-		next, err := scanLive(tx, cursor, end, rev, stagePageKeys, func(k []byte, _ meta, _ *version) bool {
+		next, err := scanLive(tx, cursor, end, rev, stagePageKeys, nil, func(k []byte, _ meta, _ *version) bool {
 			n += deleteCost(k)
 			return n <= s.cfg.StageBytes
 		})
@@ -197,7 +197,7 @@ func (d *deletePages) read(ctx context.Context) ([]*entry, error) {
 	err := d.s.view(ctx, func(tx storage.ReadTx) error {
 		page, next = nil, nil
 		n := 0
-		more, err := scanLive(tx, d.cursor, d.end, d.base, stagePageKeys, func(k []byte, m meta, ver *version) bool {
+		more, err := scanLive(tx, d.cursor, d.end, d.base, stagePageKeys, nil, func(k []byte, m meta, ver *version) bool {
 			page = append(page, &entry{key: bytes.Clone(k), meta: m, ver: ver})
 			n += deleteCost(k)
 			return n < d.s.cfg.StageChunkBytes

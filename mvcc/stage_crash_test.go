@@ -182,7 +182,7 @@ func checkWholeOrGone(t *testing.T, name string, s *Store, n int, head, delRev i
 		if head < c.rev {
 			continue
 		}
-		evs, _, err := s.ReadEvents(ctx, c.rev, 1)
+		evs, err := revisionEvents(ctx, s, c.rev)
 		if err != nil || len(evs) != 1 || len(evs[0].Events) != n {
 			t.Fatalf("%s: revision %d: %d revisions read (%v), want its %d events; %s\n%s", name, c.rev, len(evs), err, n, describeEvents(evs), describeParts(t, s.db, c.rev))
 		}

@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -148,31 +149,85 @@ func (s *Store) Rev(ctx context.Context) (rev, compacted int64, err error) {
 }
 
 func readState(tx storage.ReadTx) (revision.Head, compaction, error) {
-	h, c, _, err := readStateAnd(tx, nil)
-	return h, c, err
+	f, err := readFirst(tx, firstReads{})
+	return f.head, f.comp, err
 }
 
-// readStateAnd is readState that also reads key's latest entry in the same
-// round trip, when key is not nil: a single-key read then needs no round
-// trip of its own to find the key.
-func readStateAnd(tx storage.ReadTx, key []byte) (revision.Head, compaction, []byte, error) {
+// keyAtHead is what a single-key read learns in the round trip that reads
+// the state: the key's latest entry, and, when asked for, the newest
+// version in its history — at the head, usually the live one, whose value
+// then needs no round trip of its own.
+type keyAtHead struct {
+	latest []byte
+	newest *storage.KeyValue
+}
+
+// firstReads names what a read transaction fetches in the round trip that
+// reads the head and the compaction record, so that it waits for no round
+// trip of its own to find its keys.
+type firstReads struct {
+	key    []byte             // a single key: its latest entry
+	newest bool               // and the newest version in its history
+	index  *storage.RangeRead // a range read at the head: its first index entries
+}
+
+// firstRead is what that round trip returned.
+type firstRead struct {
+	head  revision.Head
+	comp  compaction
+	key   keyAtHead
+	index []storage.KeyValue
+}
+
+// readFirst reads the state and what want names in one round trip.
+func readFirst(tx storage.ReadTx, want firstReads) (firstRead, error) {
+	var f firstRead
 	keys := [][]byte{keyspace.Head, keyspace.Compaction}
-	if key != nil {
-		keys = append(keys, keyspace.Latest(key))
+	var ranges []storage.RangeRead
+	if want.key != nil {
+		keys = append(keys, keyspace.Latest(want.key))
+		if want.newest {
+			p := keyspace.HistoryPrefix(want.key)
+			ranges = append(ranges, storage.RangeRead{Begin: p, End: storage.Strinc(p), Opt: storage.RangeOptions{Limit: 1, Reverse: true}})
+		}
 	}
-	vals, err := tx.GetMany(keys)
+	if want.index != nil {
+		ranges = append(ranges, *want.index)
+	}
+	vals, kvs, err := storage.ReadBatch(tx, keys, ranges)
 	if err != nil {
-		return revision.Head{}, compaction{}, nil, err
+		return f, err
 	}
-	h, err := revision.DecodeHead(vals[0])
+	if f.head, err = revision.DecodeHead(vals[0]); err != nil {
+		return f, err
+	}
+	if f.comp, err = decodeCompaction(vals[1]); err != nil {
+		return f, err
+	}
+	if want.key != nil {
+		f.key.latest = vals[2]
+		if want.newest && len(kvs[0]) == 1 {
+			f.key.newest = &kvs[0][0]
+		}
+	}
+	if want.index != nil {
+		f.index = kvs[len(kvs)-1]
+	}
+	return f, nil
+}
+
+// withVersion gives e the version record the state's round trip read when
+// that is e's version, so that its value needs no read of its own.
+func (k keyAtHead) withVersion(e *entry) error {
+	if e == nil || e.ver != nil || k.newest == nil || !bytes.Equal(k.newest.Key, keyspace.History(e.key, e.meta.ModRev)) {
+		return nil
+	}
+	v, err := decodeVersion(k.newest.Value)
 	if err != nil {
-		return h, compaction{}, nil, err
+		return err
 	}
-	c, err := decodeCompaction(vals[1])
-	if key == nil {
-		return h, c, nil, err
-	}
-	return h, c, vals[2], err
+	e.ver = &v
+	return nil
 }
 
 func leaseExistsIn(tx storage.ReadTx) func(int64) (bool, error) {

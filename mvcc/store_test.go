@@ -14,6 +14,7 @@ import (
 
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/mvcc/mvcctest"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/faulty"
 )
@@ -201,7 +202,7 @@ func TestConcurrentWritesGetDenseRevisions(t *testing.T) {
 			t.Fatalf("revisions not dense: position %d has %d", i, r)
 		}
 	}
-	evs, head, err := s.ReadEvents(ctx, 2, writers*each+10)
+	evs, head, err := mvcctest.ReadEvents(ctx, s, 2, writers*each+10)
 	if err != nil {
 		t.Fatal(err)
 	}

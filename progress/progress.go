@@ -24,7 +24,7 @@ package progress
 import (
 	"math/rand/v2"
 	"sort"
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -164,66 +164,32 @@ type realTicker struct{ t *time.Ticker }
 func (t realTicker) C() <-chan time.Time { return t.t.C }
 func (t realTicker) Stop()               { t.t.Stop() }
 
-// ManualClock is a Clock for tests: time moves only when Advance is called.
-type ManualClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	tickers []*manualTicker
+// Served is the highest revision a process has put in a response header.
+// A progress answer at or above it tells no client of this process anything
+// older than what it was already told, so a hub that has dispatched it may
+// answer from memory (see watchhub). The zero value is ready; a nil *Served
+// observes nothing and loads 0.
+type Served struct {
+	rev atomic.Int64
 }
 
-// NewManualClock returns a ManualClock at an arbitrary fixed time.
-func NewManualClock() *ManualClock {
-	return &ManualClock{now: time.Unix(1_700_000_000, 0)}
-}
-
-type manualTicker struct {
-	c      chan time.Time
-	period time.Duration
-	next   time.Time
-}
-
-func (t *manualTicker) C() <-chan time.Time { return t.c }
-
-// Stop does nothing: a stopped manual ticker's channel is simply no longer
-// read.
-func (t *manualTicker) Stop() {}
-
-// NewTicker returns a ticker that fires when Advance passes its period.
-func (c *ManualClock) NewTicker(d time.Duration) Ticker {
-	if d <= 0 {
-		panic("progress: non-positive ticker period")
+// Observe raises the watermark to rev.
+func (s *Served) Observe(rev int64) {
+	if s == nil {
+		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &manualTicker{c: make(chan time.Time, 1), period: d, next: c.now.Add(d)}
-	c.tickers = append(c.tickers, t)
-	return t
-}
-
-// Tickers is the number of tickers created so far, for tests that must wait
-// until the code under test has started its ticker.
-func (c *ManualClock) Tickers() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.tickers)
-}
-
-// Advance moves time forward and fires every ticker whose period elapsed,
-// dropping ticks a slow reader missed, as time.Ticker does.
-func (c *ManualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	for _, t := range c.tickers {
-		if t.next.After(c.now) {
-			continue
-		}
-		for !t.next.After(c.now) {
-			t.next = t.next.Add(t.period)
-		}
-		select {
-		case t.c <- c.now:
-		default:
+	for {
+		cur := s.rev.Load()
+		if rev <= cur || s.rev.CompareAndSwap(cur, rev) {
+			return
 		}
 	}
+}
+
+// Load returns the watermark.
+func (s *Served) Load() int64 {
+	if s == nil {
+		return 0
+	}
+	return s.rev.Load()
 }

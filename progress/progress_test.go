@@ -90,31 +90,3 @@ func TestPeriodic(t *testing.T) {
 		t.Fatalf("after remove %s", got)
 	}
 }
-
-func TestManualClock(t *testing.T) {
-	c := NewManualClock()
-	tk := c.NewTicker(time.Second)
-	defer tk.Stop()
-	c.Advance(999 * time.Millisecond)
-	select {
-	case <-tk.C():
-		t.Fatal("fired early")
-	default:
-	}
-	c.Advance(time.Millisecond)
-	select {
-	case <-tk.C():
-	default:
-		t.Fatal("did not fire")
-	}
-	c.Advance(5 * time.Second) // missed ticks collapse into one
-	<-tk.C()
-	select {
-	case <-tk.C():
-		t.Fatal("fired twice")
-	default:
-	}
-	if c.Tickers() != 1 {
-		t.Fatalf("%d tickers", c.Tickers())
-	}
-}

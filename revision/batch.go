@@ -197,7 +197,7 @@ func (a *attempt[Resp]) prefetch() [][]byte {
 		keys = p.Prefetch(keys)
 	}
 	for _, b := range a.batch {
-		if p, ok := b.req.(Prefetcher); ok {
+		if p, ok := b.Req.(Prefetcher); ok {
 			keys = p.Prefetch(keys)
 		}
 		if len(keys) >= maxPrefetch {
@@ -215,7 +215,7 @@ func (a *attempt[Resp]) apply(tx storage.Tx, base int64, env Env) error {
 	start, rev := env, base
 	for i, p := range a.batch {
 		id := RequestID{Writer: s.writer, Seq: a.seq, Index: uint32(i)}
-		resp, wrote, reqErr, err := p.req.Apply(ctr, &env, rev, id)
+		resp, wrote, reqErr, err := p.Req.Apply(ctr, &env, rev, id)
 		switch {
 		case err != nil:
 			return err
@@ -282,7 +282,7 @@ func (a *attempt[Resp]) replay(tx storage.ReadTx, marker []byte) error {
 	rev := base
 	for i, p := range a.batch {
 		id := RequestID{Writer: a.s.writer, Seq: a.seq, Index: uint32(i)}
-		resp, wrote, reqErr, err := p.req.Replay(tx, &env, rev, id)
+		resp, wrote, reqErr, err := p.Req.Replay(tx, &env, rev, id)
 		if err != nil {
 			return err
 		}
@@ -321,7 +321,7 @@ func decodeMarker(v []byte) (base int64, env Env, floor int64, err error) {
 func (a *attempt[Resp]) floor(base int64) int64 {
 	floor := base
 	for _, p := range a.batch {
-		if f, ok := p.req.(ReadFloorer); ok {
+		if f, ok := p.Req.(ReadFloorer); ok {
 			if r := f.ReadFloor(); r > 0 && r < floor {
 				floor = r
 			}

@@ -175,8 +175,9 @@ func TestCutBatchKeepsItsDeadline(t *testing.T) {
 	errs := make(chan error, n)
 	for i := range n {
 		r := slow{key(fmt.Sprintf("r%d", i)), clock, count}
-		go func() { _, err := seq.Do(context.Background(), r, 10); errs <- err }()
-		awaitQueued(t, seq, i+1)
+		ctx := newQueuedCtx(context.Background())
+		go func() { _, err := seq.Do(ctx, r, 10); errs <- err }()
+		awaitQueued(t, ctx)
 	}
 	// From now on no attempt commits; "hold" too times out.
 	db.SetOptions(faulty.Options{RetryProbability: 1})

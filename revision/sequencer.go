@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/groupcommit"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
@@ -215,30 +216,27 @@ var (
 
 // Sequencer batches write requests into storage transactions.
 //
-// There is no sequencer goroutine: the caller that finds no batch in
-// progress commits one itself (LevelDB's writer queue). Requests that arrive
-// meanwhile queue up, and when the batch is done its leader hands the lead to
-// the oldest of them, which commits everything queued so far in one batch.
-// A lone client thus commits on its own goroutine, without two goroutine
-// hand-offs per write that cost a single client about a tenth of its puts.
+// There is no sequencer goroutine: the requests queue in a
+// groupcommit.Queue, where the caller that finds no batch in progress
+// commits one itself and hands the lead to the oldest request still queued
+// when it is done. A lone client thus commits on its own goroutine, without
+// two goroutine hand-offs per write that cost a single client about a tenth
+// of its puts.
 type Sequencer[Resp any] struct {
 	db     storage.DB
 	app    Applier
 	cfg    Config
 	writer uint64
+	q      *groupcommit.Queue[Request[Resp], Resp]
 	// stop ends waits for other writers' staged requests at Stop; commits
 	// and this writer's own staging run to their end, bounded by their
 	// deadlines.
 	stop     context.Context
 	stopWait context.CancelFunc
 
-	mu      sync.Mutex
-	waiting []*pending[Resp] // queued, in arrival order
-	leading bool             // a caller is committing a batch
-	stopped bool
-	idle    *sync.Cond // signalled when the lead is given up
+	mu sync.Mutex
 	// started and decided count batches; settled is closed and replaced
-	// whenever one is decided (Settle).
+	// whenever one is decided (Settle). Guarded by mu.
 	started, decided uint64
 	settled          chan struct{}
 
@@ -252,14 +250,10 @@ type Sequencer[Resp any] struct {
 	lastHead     int64 // the newest head this writer committed (invariants)
 }
 
-type pending[Resp any] struct {
-	ctx  context.Context
-	req  Request[Resp]
-	size int
-	out  chan result[Resp] // the answer; buffered
-	lead chan struct{}     // told to lead the next batch; buffered
-}
+// pending is a request in the queue.
+type pending[Resp any] = groupcommit.Waiter[Request[Resp], Resp]
 
+// result is a request's outcome, as an attempt builds it.
 type result[Resp any] struct {
 	resp Resp
 	err  error
@@ -270,8 +264,8 @@ type result[Resp any] struct {
 func New[Resp any](db storage.DB, app Applier, cfg Config) *Sequencer[Resp] {
 	cfg.defaults()
 	s := &Sequencer[Resp]{db: db, app: app, cfg: cfg, writer: rand.Uint64(), settled: make(chan struct{})}
+	s.q = groupcommit.New[Request[Resp], Resp](groupcommit.Limits{MaxBatch: cfg.MaxBatch, MaxBytes: cfg.BatchBytes}, ErrStopped)
 	s.stop, s.stopWait = context.WithCancel(context.Background())
-	s.idle = sync.NewCond(&s.mu)
 	return s
 }
 
@@ -280,122 +274,18 @@ func New[Resp any](db storage.DB, app Applier, cfg Config) *Sequencer[Resp] {
 // ends while it is queued leaves the queue at once, answered with ctx's
 // error and never applied; once a batch has taken it, it is decided whatever
 // ctx does, which keeps "did it apply?" answerable for the caller's retry
-// logic.
+// logic. When the caller leads a batch, ctx also bounds the leader's wait
+// for another writer's staged write.
 func (s *Sequencer[Resp]) Do(ctx context.Context, req Request[Resp], sizeHint int) (Resp, error) {
-	var none Resp
-	if err := ctx.Err(); err != nil {
-		return none, err
-	}
-	p := &pending[Resp]{ctx: ctx, req: req, size: sizeHint, out: make(chan result[Resp], 1), lead: make(chan struct{}, 1)}
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
-		return none, ErrStopped
-	}
-	s.waiting = append(s.waiting, p)
-	lead := !s.leading
-	s.leading = true
-	s.mu.Unlock()
-	done := ctx.Done()
-	for {
-		if lead {
-			s.lead(ctx)
-			lead = false
-		}
-		select {
-		case r := <-p.out:
-			return r.resp, r.err
-		case <-p.lead:
-			if ctx.Err() != nil && s.leave(p, true) {
-				return none, ctx.Err()
-			}
-			lead = true
-		case <-done:
-			if s.leave(p, false) {
-				return none, ctx.Err()
-			}
-			done = nil // a batch took it: wait for its outcome
-		}
-	}
-}
-
-// leave removes p from the queue unless a batch has taken it already, and
-// reports whether it did. The lead p holds (holding), or was told to take,
-// passes to the next request in the queue, or is given up.
-func (s *Sequencer[Resp]) leave(p *pending[Resp], holding bool) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	i := slices.Index(s.waiting, p)
-	if i < 0 {
-		return false
-	}
-	s.waiting = slices.Delete(s.waiting, i, i+1)
-	if !holding {
-		select {
-		case <-p.lead:
-		default:
-			return true
-		}
-	}
-	if len(s.waiting) > 0 {
-		s.waiting[0].lead <- struct{}{}
-		return true
-	}
-	s.leading = false
-	s.idle.Broadcast()
-	return true
-}
-
-// lead commits one batch from the front of the queue, then passes the lead
-// to the oldest request still waiting, or gives it up. ctx is the leading
-// caller's: when it ends, the leader stops waiting for a staged write.
-func (s *Sequencer[Resp]) lead(ctx context.Context) {
-	s.mu.Lock()
-	batch := s.take()
-	s.mu.Unlock()
-	if len(batch) > 0 {
-		s.commit(ctx, batch)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.waiting) > 0 {
-		s.waiting[0].lead <- struct{}{}
-		return
-	}
-	s.leading = false
-	s.idle.Broadcast()
-}
-
-// take removes the next batch from the queue; the caller holds mu. Requests
-// whose context has ended are answered here, unapplied.
-func (s *Sequencer[Resp]) take() []*pending[Resp] {
-	var batch []*pending[Resp]
-	bytes, n := 0, 0
-	for n < len(s.waiting) && len(batch) < s.cfg.MaxBatch && (len(batch) == 0 || bytes < s.cfg.BatchBytes) {
-		p := s.waiting[n]
-		n++
-		if err := p.ctx.Err(); err != nil {
-			p.out <- result[Resp]{err: err}
-			continue
-		}
-		batch = append(batch, p)
-		bytes += p.size
-	}
-	clear(s.waiting[:n])
-	s.waiting = s.waiting[n:]
-	return batch
+	return s.q.Do(ctx, req, sizeHint, func(batch []*pending[Resp]) { s.commit(ctx, batch) })
 }
 
 // Stop waits for the requests already queued to be decided; later ones get
-// ErrStopped.
+// ErrStopped. It first ends the waits for other writers' staged requests,
+// which could otherwise hold a batch, and Stop, for seconds.
 func (s *Sequencer[Resp]) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stopped = true
 	s.stopWait()
-	for s.leading {
-		s.idle.Wait()
-	}
+	s.q.Stop()
 }
 
 // Settle returns once every batch that was being committed when it was
@@ -459,31 +349,21 @@ func (s *Sequencer[Resp]) commit(ctx context.Context, batch []*pending[Resp]) {
 // ends; the next leader takes the batch again. If the wait fails, the
 // requests of batch still queued are answered with its error.
 func (s *Sequencer[Resp]) awaitQueued(ctx context.Context, batch []*pending[Resp], rec []byte) {
-	s.mu.Lock()
-	s.waiting = append(slices.Clip(batch), s.waiting...)
-	s.mu.Unlock()
+	s.q.Requeue(batch)
 	err := s.awaitPending(ctx, rec)
 	if err == nil || ctx.Err() != nil && !errors.Is(err, ErrStopped) {
 		return
 	}
-	err = s.classify(err)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.waiting = slices.DeleteFunc(s.waiting, func(p *pending[Resp]) bool {
-		if !slices.Contains(batch, p) {
-			return false
-		}
-		p.out <- result[Resp]{err: err}
-		return true
-	})
+	s.q.FailQueued(batch, s.classify(err))
 }
 
 // dropEnded answers the requests of batch whose ctx has ended, unapplied,
 // and returns the others.
 func dropEnded[Resp any](batch []*pending[Resp]) []*pending[Resp] {
 	return slices.DeleteFunc(batch, func(p *pending[Resp]) bool {
-		if err := p.ctx.Err(); err != nil {
-			p.out <- result[Resp]{err: err}
+		if err := p.Ctx.Err(); err != nil {
+			var none Resp
+			p.Answer(none, err)
 			return true
 		}
 		return false
@@ -493,7 +373,7 @@ func dropEnded[Resp any](batch []*pending[Resp]) []*pending[Resp] {
 // answer sends results to the first len(results) requests of batch.
 func answer[Resp any](batch []*pending[Resp], results []result[Resp]) int {
 	for i := range results {
-		batch[i].out <- results[i]
+		batch[i].Answer(results[i].resp, results[i].err)
 	}
 	return len(results)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -170,15 +169,31 @@ func (h held) Apply(tx storage.Tx, env *revision.Env, rev int64, id revision.Req
 	return h.key.Apply(tx, env, rev, id)
 }
 
-// awaitQueued waits until n requests are queued behind the lead.
-func awaitQueued(t *testing.T, seq *revision.Sequencer[int64], n int) {
+// queuedCtx is a request's context that tells when the request is queued:
+// a queued request's Do watches its ctx.Done while it waits, and calls
+// Done for nothing else before.
+type queuedCtx struct {
+	context.Context
+	once   sync.Once
+	queued chan struct{}
+}
+
+func newQueuedCtx(parent context.Context) *queuedCtx {
+	return &queuedCtx{Context: parent, queued: make(chan struct{})}
+}
+
+func (c *queuedCtx) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.queued) })
+	return c.Context.Done()
+}
+
+// awaitQueued waits until the request of ctx is queued.
+func awaitQueued(t *testing.T, ctx *queuedCtx) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for seq.Queued() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d requests queued, want %d", seq.Queued(), n)
-		}
-		runtime.Gosched()
+	select {
+	case <-ctx.queued:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request is not queued")
 	}
 }
 
@@ -196,19 +211,21 @@ func TestCanceledWhileQueuedLeaves(t *testing.T) {
 	heldErr := make(chan error, 1)
 	go func() { _, err := seq.Do(context.Background(), held{key("hold"), g}, 10); heldErr <- err }()
 	<-g.holding
-	ctx, cancel := context.WithCancel(context.Background())
+	parent, cancel := context.WithCancel(context.Background())
+	ctx := newQueuedCtx(parent)
 	canceled := make(chan error, 1)
 	go func() { _, err := seq.Do(ctx, key("canceled"), 10); canceled <- err }()
-	awaitQueued(t, seq, 1)
+	awaitQueued(t, ctx)
+	afterCtx := newQueuedCtx(context.Background())
 	after := make(chan int64, 1)
 	go func() {
-		r, err := seq.Do(context.Background(), key("after"), 10)
+		r, err := seq.Do(afterCtx, key("after"), 10)
 		if err != nil {
 			t.Error(err)
 		}
 		after <- r
 	}()
-	awaitQueued(t, seq, 2)
+	awaitQueued(t, afterCtx)
 	cancel()
 	select {
 	case err := <-canceled:

@@ -141,7 +141,7 @@ func decodeReservation(v []byte) (Reservation, error) {
 func (s *Sequencer[Resp]) commitStaged(p *pending[Resp]) int {
 	one := []*pending[Resp]{p}
 	st, ok := s.app.(Stager[Resp])
-	req, stageable := p.req.(Stageable)
+	req, stageable := p.Req.(Stageable)
 	if !ok || !stageable {
 		return failAll(one, 1, ErrTooLarge)
 	}

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -45,8 +47,10 @@ func (s *Server) registerAPI(ctx context.Context, kvStore kv.Evaluator, lessor l
 	}
 	gate := quota.NewGate(q, alarms, s.hdr.MemberID, s.lg)
 	kvs := kv.New(gate.CappedStore(kvStore), s.hdr, kv.Config{MaxTxnOps: s.cfg.MaxTxnOps, MaxRequestBytes: s.cfg.MaxRequestBytes})
-	pb.RegisterKVServer(s.grpc, gate.KV(kvs))
-	pb.RegisterLeaseServer(s.grpc, gate.Lease(leasesvc.New(gate.CappedLessor(lessor), s.hdr)))
+	s.kvAPI = gate.KV(kvs)
+	s.leaseAPI = gate.Lease(leasesvc.New(gate.CappedLessor(lessor), s.hdr))
+	pb.RegisterKVServer(s.grpc, s.kvAPI)
+	pb.RegisterLeaseServer(s.grpc, s.leaseAPI)
 
 	mc := maintenance.Config{
 		Store:  s.store,
@@ -63,6 +67,11 @@ func (s *Server) registerAPI(ctx context.Context, kvStore kv.Evaluator, lessor l
 	pb.RegisterMaintenanceServer(s.grpc, maintenance.New(mc))
 	return s.registerCluster(ctx)
 }
+
+// KVLease returns the KV and Lease services as this server registers them,
+// for a process that serves them on a port of its own: package tenant takes
+// the writes peers forward for many tenants on one connection.
+func (s *Server) KVLease() (pb.KVServer, pb.LeaseServer) { return s.kvAPI, s.leaseAPI }
 
 // openAlarms opens the stored alarms; /health reports them, and /readyz
 // fails under CORRUPT.
@@ -85,6 +94,11 @@ func (s *Server) openAlarms(ctx context.Context) (*alarm.Store, error) {
 // registerCluster registers this replica in the member registry and the
 // Cluster service that lists it.
 func (s *Server) registerCluster(ctx context.Context) error {
+	if s.cfg.SharedMembers != nil {
+		s.members = s.sharedMembers
+		pb.RegisterClusterServer(s.grpc, cluster.New(s.hdr, s.members))
+		return nil
+	}
 	rc := s.cfg.Members
 	rc.ID, rc.Name, rc.ClientURLs = s.hdr.MemberID, s.cfg.Name, urlStrings(s.cfg.AdvertiseClientURLs)
 	if rc.Logger == nil {
@@ -95,8 +109,27 @@ func (s *Server) registerCluster(ctx context.Context) error {
 		return err
 	}
 	s.OnShutdown(reg.Stop)
-	pb.RegisterClusterServer(s.grpc, cluster.New(s.hdr, reg.Members))
+	s.members = reg.Members
+	pb.RegisterClusterServer(s.grpc, cluster.New(s.hdr, s.members))
 	return nil
+}
+
+// Members lists the live replicas as MemberList does.
+func (s *Server) Members(ctx context.Context) ([]*pb.Member, error) { return s.members(ctx) }
+
+// sharedMembers is SharedMembers under this keyspace's member ids, ordered
+// by id as etcd orders them.
+func (s *Server) sharedMembers(ctx context.Context) ([]*pb.Member, error) {
+	ms, err := s.cfg.SharedMembers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*pb.Member, len(ms))
+	for i, m := range ms {
+		out[i] = &pb.Member{ID: memberID(s.hdr.ClusterID, m.Name), Name: m.Name, ClientURLs: m.ClientURLs}
+	}
+	slices.SortFunc(out, func(a, b *pb.Member) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
 }
 
 // logQuota says which quota applies, as etcd does at start.

@@ -37,11 +37,12 @@ type ops struct {
 	initGRPC sync.Once
 
 	gatewayOnce sync.Once
-	gateway     *gateway.Gateway // nil when disabled or not yet serving
+	gateway     http.Handler // the JSON gateway's; nil when disabled, failed or not yet asked for
 
 	mu          sync.Mutex
 	readyChecks []readyCheck
 	onShutdown  []func()
+	stopping    bool // shutdown hooks have run: start nothing that needs one
 }
 
 type readyCheck struct {
@@ -142,6 +143,7 @@ func (s *Server) OnShutdown(f func()) {
 
 func (s *Server) runShutdownHooks() {
 	s.ops.mu.Lock()
+	s.ops.stopping = true
 	hooks := append([]func(){}, s.ops.onShutdown...)
 	s.ops.mu.Unlock()
 	for _, f := range hooks {
@@ -175,7 +177,9 @@ func (s *Server) initMetrics() {
 			sizer = sz
 		}
 		s.ops.metrics.SetStore(s.store, sizer)
-		s.ops.metrics.InitializeGRPC(s.grpc)
+		if !s.cfg.LazyGRPCMetrics {
+			s.ops.metrics.InitializeGRPC(s.grpc)
+		}
 	})
 }
 
@@ -274,20 +278,30 @@ func (s *Server) clientHTTPHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	if g := s.startGateway(); g != nil {
-		h := g.Handler()
+	if !s.cfg.DisableGRPCGateway {
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if g := s.startGateway(); g != nil {
+				g.ServeHTTP(w, r)
+				return
+			}
+			http.NotFound(w, r)
+		})
 		mux.Handle("/v3/", h)
 		mux.Handle("/v3beta/", h)
 	}
 	return s.accessControl(mux)
 }
 
-// startGateway starts the JSON gateway once, when the first client
-// listener is served (after every service is registered, as gRPC
-// requires).
-func (s *Server) startGateway() *gateway.Gateway {
+// startGateway starts the JSON gateway once, on its first request: its
+// in-memory connection and serving goroutine wait for JSON clients, which
+// most servers never see (a process serving many keyspaces runs a server
+// per keyspace). Services are all registered by then, as gRPC requires.
+func (s *Server) startGateway() http.Handler {
 	s.ops.gatewayOnce.Do(func() {
-		if s.cfg.DisableGRPCGateway {
+		s.ops.mu.Lock()
+		stopping := s.ops.stopping
+		s.ops.mu.Unlock()
+		if stopping {
 			return
 		}
 		g, err := gateway.Start(s.grpc, s.lg)
@@ -295,8 +309,14 @@ func (s *Server) startGateway() *gateway.Gateway {
 			s.lg.Error("JSON gateway not started", zap.Error(err))
 			return
 		}
-		s.ops.gateway = g
-		s.OnShutdown(g.Close)
+		s.ops.mu.Lock()
+		defer s.ops.mu.Unlock()
+		if s.ops.stopping { // Stop began meanwhile: its hooks have run
+			g.Close()
+			return
+		}
+		s.ops.onShutdown = append(s.ops.onShutdown, g.Close)
+		s.ops.gateway = g.Handler()
 	})
 	return s.ops.gateway
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/owner"
+	"github.com/fdb-etcd/fdb-etcd/progress"
 	"github.com/fdb-etcd/fdb-etcd/server/autocompact"
 	"github.com/fdb-etcd/fdb-etcd/server/cluster"
 	"github.com/fdb-etcd/fdb-etcd/server/forward"
@@ -55,6 +56,16 @@ type Config struct {
 	// MaxConcurrentStreams bounds the gRPC streams of one client
 	// connection; 0 means etcd's default, unbounded.
 	MaxConcurrentStreams uint32
+	// StreamWorkers is how many handler goroutines gRPC keeps for reuse; 0
+	// means defaultStreamWorkers, negative means none (a goroutine per
+	// request, what a process running many servers wants: each one's
+	// workers would wait there for the rare request).
+	StreamWorkers int
+	// LazyGRPCMetrics creates each gRPC method's series at its first call
+	// instead of every method's at zero when serving starts (etcd's way,
+	// so that rates exist at once): a process running many servers would
+	// hold some 400 KiB of zero series for each.
+	LazyGRPCMetrics bool
 	// SocketOpts are etcd's --socket-reuse-port and --socket-reuse-address.
 	SocketOpts transport.SocketOpts
 	// CORS lists the origins the HTTP endpoints allow ("*" or empty: any),
@@ -100,6 +111,13 @@ type Config struct {
 	// ForwardWrites sends writes to the replica that owns them
 	// (server/forward), for backends that several replicas share.
 	ForwardWrites bool
+	// ForwardPeers, when set, are the connections to other replicas that
+	// forwarded writes take, shared with other servers in the process (the
+	// tenants'); the server leaves them open on Stop. Nil: its own.
+	ForwardPeers *forward.Peers
+	// ForwardTenant is sent with every forwarded write (forward.Tenant):
+	// the tenant whose keyspace this server serves.
+	ForwardTenant string
 	// Owner tunes the election of the replica that owns writes and lease
 	// expiry; its URL and Logger are filled in here, and its Clock is
 	// the lessor's unless set.
@@ -110,9 +128,20 @@ type Config struct {
 	// Members tunes this replica's record in the member registry (its TTL
 	// and clock); the server fills in its identity.
 	Members cluster.RegistryConfig
+	// SharedMembers, when set, lists the replicas in place of a member
+	// record of this server's own: a process serving many keyspaces keeps
+	// one record per replica (in its root keyspace), and each keyspace
+	// lists those replicas under the ids its own servers there have
+	// (derived from its cluster id and the replica's name).
+	SharedMembers cluster.Members
 	// DisableGRPCGateway turns off the /v3/ JSON gateway on the client port
 	// (etcd's --enable-grpc-gateway=false).
 	DisableGRPCGateway bool
+	// GRPCOptions are added after the server's own: interceptors given
+	// here run inside the metrics and request-log interceptors, so what
+	// they refuse is counted and logged like any other error. Package
+	// tenant adds its quotas here.
+	GRPCOptions []grpc.ServerOption
 }
 
 // Defaults fills zero fields with etcd's defaults.
@@ -125,6 +154,9 @@ func (c *Config) Defaults() {
 	}
 	if c.MaxTxnOps == 0 {
 		c.MaxTxnOps = 128
+	}
+	if c.StreamWorkers == 0 {
+		c.StreamWorkers = defaultStreamWorkers
 	}
 	if c.MaxConcurrentStreams == 0 {
 		c.MaxConcurrentStreams = math.MaxUint32
@@ -149,8 +181,9 @@ func (c *Config) Defaults() {
 	}
 }
 
-// streamWorkers is how many handler goroutines gRPC keeps for reuse.
-const streamWorkers = 64
+// defaultStreamWorkers is how many handler goroutines gRPC keeps for
+// reuse unless StreamWorkers says otherwise.
+const defaultStreamWorkers = 64
 
 // grpcOverheadBytes is etcd's allowance above --max-request-bytes for the
 // gRPC message limit, so oversize requests get etcd's own error rather than
@@ -165,10 +198,13 @@ type Server struct {
 	store  *mvcc.Store
 	owner  *owner.Elector
 	lessor *lease.Lessor
-	peers  *forward.Peers // nil without ForwardWrites
-	watch  *watch.Server
+	peers  *forward.Peers // nil without ForwardWrites or with ForwardPeers
 	hdr    header.Filler
 	grpc   *grpc.Server
+
+	members  cluster.Members // the replicas, as MemberList lists them
+	kvAPI    pb.KVServer     // as registered on grpc, set by New
+	leaseAPI pb.LeaseServer  // as registered on grpc, set by New
 
 	ops *ops // TLS, metrics, readiness, shutdown hooks (ops.go)
 
@@ -202,7 +238,7 @@ func New(cfg Config, db storage.DB) (_ *Server, err error) {
 			s.abort()
 		}
 	}()
-	s.hdr = header.Filler{ClusterID: clusterID, MemberID: memberID(clusterID, cfg.Name)}
+	s.hdr = header.Filler{ClusterID: clusterID, MemberID: memberID(clusterID, cfg.Name), Served: &progress.Served{}}
 	s.startOwnership()
 	s.grpc = grpc.NewServer(s.grpcOptions()...)
 	kvStore, lessor := s.writeRoutes()
@@ -230,16 +266,10 @@ func (s *Server) abort() {
 
 func (s *Server) grpcOptions() []grpc.ServerOption {
 	cfg := &s.cfg
-	return append(s.ops.grpcOptions(cfg),
+	opts := append(s.ops.grpcOptions(cfg),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
-		// Reused handler goroutines keep the stacks a request grows into
-		// (gRPC, mvcc, Pebble): a fresh goroutine per request spent a
-		// tenth of the server's CPU copying its stack as it grew. When all
-		// workers are busy gRPC still starts a new goroutine, so this
-		// bounds nothing.
-		grpc.NumStreamWorkers(streamWorkers),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             cfg.GRPCKeepAliveMinTime,
 			PermitWithoutStream: false,
@@ -249,6 +279,15 @@ func (s *Server) grpcOptions() []grpc.ServerOption {
 			Timeout: cfg.GRPCKeepAliveTimeout,
 		}),
 	)
+	if cfg.StreamWorkers > 0 {
+		// Reused handler goroutines keep the stacks a request grows into
+		// (gRPC, mvcc, Pebble): a fresh goroutine per request spent a
+		// tenth of the server's CPU copying its stack as it grew. When all
+		// workers are busy gRPC still starts a new goroutine, so this
+		// bounds nothing.
+		opts = append(opts, grpc.NumStreamWorkers(uint32(cfg.StreamWorkers)))
+	}
+	return append(opts, cfg.GRPCOptions...)
 }
 
 // startOwnership starts this replica's part in the election of the owner
@@ -293,9 +332,13 @@ func (s *Server) writeRoutes() (kv.Evaluator, leasesvc.Lessor) {
 	if !s.cfg.ForwardWrites {
 		return s.store, s.lessor
 	}
-	s.peers = forward.NewPeers(s.ops.clientTLS)
-	s.OnShutdown(s.peers.Close)
-	fw := forward.New(s.owner, s.peers, s.Metrics())
+	peers := s.cfg.ForwardPeers
+	if peers == nil {
+		s.peers = forward.NewPeers(s.ops.clientTLS)
+		s.OnShutdown(s.peers.Close)
+		peers = s.peers
+	}
+	fw := forward.New(s.owner, peers, s.Metrics()).ForTenant(s.cfg.ForwardTenant)
 	return fw.KV(s.store), fw.Lessor(s.lessor)
 }
 
@@ -334,20 +377,17 @@ func (c compactStore) Rev(ctx context.Context) (int64, error) {
 func (s *Server) startWatch() error {
 	wc := s.cfg.Watch
 	wc.MaxMessageBytes, wc.Logger, wc.Observer = s.cfg.MaxRequestBytes+grpcOverheadBytes, s.lg, s.Metrics()
+	wc.Hub.Served, wc.Hub.SoleWriter = s.hdr.Served, s.cfg.MVCC.SoleWriter
 	ws, err := watch.New(context.Background(), s.store, s.hdr, wc)
 	if err != nil {
 		return err
 	}
-	s.watch = ws
 	pb.RegisterWatchServer(s.grpc, ws)
 	s.OnShutdown(ws.Stop)
 	s.AddReadyCheck("watch", ws.Ready)
 	s.Metrics().SetWatchSource(ws.Stats)
 	return nil
 }
-
-// Watch exposes the Watch service, for tests and tools in this module.
-func (s *Server) Watch() *watch.Server { return s.watch }
 
 // Header returns the identity stamped on responses.
 func (s *Server) Header() header.Filler { return s.hdr }

@@ -164,6 +164,39 @@ func FreshnessOf(ctx context.Context) Freshness {
 	return f
 }
 
+// RangeRead is one range read of a ReadBatch.
+type RangeRead struct {
+	Begin, End []byte
+	Opt        RangeOptions
+}
+
+// Batcher is an optional ReadTx capability: issue point and range reads
+// together and wait for all of them — one round trip on FoundationDB,
+// where GetMany then GetRange are two. Results are as GetMany's and each
+// GetRange's.
+type Batcher interface {
+	ReadBatch(keys [][]byte, ranges []RangeRead) ([][]byte, [][]KeyValue, error)
+}
+
+// ReadBatch reads keys and ranges through tx's Batcher when it has one,
+// else with GetMany and one GetRange per range: the one fallback, as Scan's.
+func ReadBatch(tx ReadTx, keys [][]byte, ranges []RangeRead) ([][]byte, [][]KeyValue, error) {
+	if b, ok := tx.(Batcher); ok {
+		return b.ReadBatch(keys, ranges)
+	}
+	vals, err := tx.GetMany(keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([][]KeyValue, len(ranges))
+	for i, r := range ranges {
+		if out[i], err = tx.GetRange(r.Begin, r.End, r.Opt); err != nil {
+			return nil, nil, err
+		}
+	}
+	return vals, out, nil
+}
+
 // Sizer is an optional capability: the approximate bytes the store uses on
 // disk, reported as etcd's db size.
 type Sizer interface {

@@ -9,8 +9,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // BenchmarkColdTenant creates b.N tenants and touches each once through
@@ -72,7 +75,7 @@ const coldBatch = 100
 
 // stopAll fires the pending idle stops and waits until no tenant runs and
 // the goroutines are back to base.
-func stopAll(b *testing.B, e *env, base int) {
+func stopAll(b testing.TB, e *env, base int) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for e.router.Running() != 0 || runtime.NumGoroutine() > base {
 		if time.Now().After(deadline) {
@@ -85,7 +88,7 @@ func stopAll(b *testing.B, e *env, base int) {
 
 // waitClosed waits until the router has counted every client's connection
 // closed (each tenant's idle stop is then pending).
-func waitClosed(b *testing.B, e *env, n int) {
+func waitClosed(b testing.TB, e *env, n int) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		e.timers.mu.Lock()
@@ -119,4 +122,74 @@ func memory() (heap, rss uint64) {
 		}
 	}
 	return ms.HeapInuse, rss
+}
+
+// restWindow is how long BenchmarkQuietTenants measures the process at
+// rest.
+const restWindow = 30 * time.Second
+
+// BenchmarkQuietTenants connects b.N tenants at once, each with one client
+// that put once and then sends nothing, and measures the process at rest
+// for restWindow: CPU time, goroutines, heap and RSS per connected tenant
+// (these include each client's side of its connection, in this process).
+// Then it closes the clients, runs the idle stops and measures the same
+// at rest with every tenant idle. Run: go test ./tenant -run '^$' -bench
+// QuietTenants -benchtime 1000x -timeout 30m
+func BenchmarkQuietTenants(b *testing.B) {
+	e := startRouter(b, false)
+	ctx := context.Background()
+	base := runtime.NumGoroutine()
+	heapBase, rssBase := memory()
+	clients := make([]*clientv3.Client, b.N)
+	for i := range b.N {
+		name := fmt.Sprintf("tenant-%05d", i)
+		if _, err := e.router.Registry().Create(ctx, name, 0); err != nil {
+			b.Fatal(err)
+		}
+		clients[i] = e.dial(e.clientCert(name))
+		if _, err := clients[i].Put(ctx, "k", "v"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rest := restWindow
+	if b.N < 10 {
+		rest = time.Second // the testing package's probe run with b.N = 1, not the measurement
+	}
+	cpu, g := atRest(rest), runtime.NumGoroutine()
+	heap, rss := memory()
+	n := float64(b.N)
+	b.ReportMetric(cpu.Seconds()/rest.Seconds()*100, "cpu-%-connected-at-rest")
+	b.ReportMetric(float64(g-base)/n, "goroutines/connected-tenant")
+	b.ReportMetric((float64(heap)-float64(heapBase))/n, "heap-bytes/connected-tenant")
+	b.ReportMetric((float64(rss)-float64(rssBase))/n/1024, "rss-KiB/connected-tenant")
+	for _, c := range clients {
+		_ = c.Close()
+	}
+	clients = nil // the test's, not the tenants' memory
+	waitClosed(b, e, b.N)
+	stopAll(b, e, base)
+	cpu, g = atRest(rest), runtime.NumGoroutine()
+	heap, rss = memory()
+	b.ReportMetric(cpu.Seconds()/rest.Seconds()*100, "cpu-%-idle-at-rest")
+	b.ReportMetric(float64(g-base), "goroutines-idle-at-rest")
+	b.ReportMetric((float64(heap)-float64(heapBase))/n, "heap-bytes/idle-tenant")
+	b.ReportMetric(float64(rss)/(1<<20), "rss-MiB-idle-at-rest")
+}
+
+// atRest waits d and returns the CPU time the process used
+// meanwhile (user and system, every thread: FoundationDB's network thread
+// too).
+func atRest(d time.Duration) time.Duration {
+	runtime.GC()
+	before := cpuTime()
+	time.Sleep(d)
+	return cpuTime() - before
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -37,6 +37,9 @@ type DB struct {
 	prefix []byte
 	end    []byte
 	live   []byte // keyspace.TenantLive(id), a key of the shared store
+	// quotas are the tenant's quotas as the newest transaction read them
+	// from its live marker.
+	quotas *quotaCell
 
 	lifeMu   sync.Mutex
 	isClosed bool           // guarded by lifeMu
@@ -52,12 +55,20 @@ var (
 )
 
 // NewDB returns tenant id's keyspace in inner.
-func NewDB(inner storage.DB, id uint64) *DB {
+func NewDB(inner storage.DB, id uint64) *DB { return newDB(inner, id, Quotas{}) }
+
+// newDB returns tenant id's keyspace, with the quotas its record had when
+// its server started.
+func newDB(inner storage.DB, id uint64, q Quotas) *DB {
 	p := keyspace.TenantPrefix(id)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &DB{inner: inner, prefix: p, end: storage.Strinc(p), live: keyspace.TenantLive(id),
-		closing: ctx, stopClose: cancel}
+		quotas: newQuotaCell(q), closing: ctx, stopClose: cancel}
 }
+
+// Quotas are the tenant's quotas as of the newest transaction that read
+// its live marker.
+func (d *DB) Quotas() Quotas { return d.quotas.Load() }
 
 func (d *DB) enter() error {
 	d.lifeMu.Lock()

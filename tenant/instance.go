@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/server"
@@ -15,12 +16,13 @@ import (
 )
 
 // acquire returns the running server of name's tenant with one more
-// connection counted, starting it if needed. Every connection looks the
-// tenant up afresh, so a deleted tenant's server takes no new connection:
-// it is stopped, and the connection refused (or, after the name was
-// created again, given a server of the new tenant).
-func (r *Router) acquire(ctx context.Context, name string, addr net.Addr) (*instance, error) {
-	rec, err := r.lookup(ctx, name)
+// connection counted, starting it if needed (and creating the tenant first
+// if create). Every connection looks the tenant up afresh, so a deleted
+// tenant's server takes no new connection: it is stopped, and the
+// connection refused (or, after the name was created again, given a server
+// of the new tenant).
+func (r *Router) acquire(ctx context.Context, name string, addr net.Addr, create bool) (*instance, error) {
+	rec, err := r.lookup(ctx, name, create)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			r.retire(name, 0)
@@ -68,7 +70,10 @@ func (r *Router) acquire(ctx context.Context, name string, addr net.Addr) (*inst
 func (r *Router) start(inst *instance, addr net.Addr) error {
 	defer close(inst.ready)
 	inst.l = newConnListener(addr)
-	srv, err := server.New(r.serverConfig(inst.rec), NewDB(r.db, inst.rec.ID))
+	db := newDB(r.db, inst.rec.ID, inst.rec.Quotas)
+	inst.guard = newGuard(inst.rec.Name, r.metrics.label(inst.rec.Name), db, r.metrics, r.cfg.Now, r.cfg.Server.Quota.Bytes)
+	inst.inflight = newInflight(r.cfg.MaxInflight)
+	srv, err := server.New(r.serverConfig(inst.rec, inst.guard, inst.inflight), db)
 	if err != nil {
 		inst.err = err
 		r.mu.Lock()
@@ -81,6 +86,7 @@ func (r *Router) start(inst *instance, addr net.Addr) error {
 		return err
 	}
 	inst.srv = srv
+	inst.guard.hdr = srv.Header()
 	wctx, cancel := context.WithCancel(context.Background())
 	inst.unwatch, inst.watchDone = cancel, make(chan struct{})
 	go r.watchLive(wctx, inst)
@@ -89,15 +95,34 @@ func (r *Router) start(inst *instance, addr net.Addr) error {
 	return nil
 }
 
-// serverConfig is the template with the tenant's own settings.
-func (r *Router) serverConfig(rec Record) server.Config {
+// serverConfig is the template with the tenant's own settings: its log
+// field, its quotas, which g enforces and keeps current, its bound on
+// requests in flight, and what a tenant needs less of than a process.
+func (r *Router) serverConfig(rec Record, g *guard, in inflight) server.Config {
 	sc := r.cfg.Server
 	sc.Logger = r.lg.With(zap.String("tenant", rec.Name))
 	sc.TLS = tlsconfig.Config{}
 	sc.ListenClientURLs, sc.ListenClientHTTPURLs, sc.ListenMetricsURLs = nil, nil, nil
-	sc.ForwardWrites = false
-	if rec.QuotaBackendBytes != 0 {
-		sc.Quota.Bytes = rec.QuotaBackendBytes
+	// gRPC's reusable handler goroutines would be most of a quiet
+	// tenant's cost (64 of its 79 goroutines, half its memory); a busy one
+	// pays for growing a fresh stack per request instead.
+	sc.StreamWorkers = -1
+	// Likewise every method's gRPC series at zero (~400 KiB): a tenant's
+	// series appear with its first call of each method.
+	sc.LazyGRPCMetrics = true
+	sc.SharedMembers = r.cfg.Members
+	// A tenant's watch hub (its tail of the revision log) runs while it has
+	// watch streams.
+	sc.Watch.OnDemand = true
+	if r.peers != nil {
+		sc.ForwardPeers, sc.ForwardTenant = r.peers, tenantTag(rec)
+	} else {
+		sc.ForwardWrites = false
+	}
+	sc.Quota.Limit = g.bytes
+	sc.GRPCOptions = append(append([]grpc.ServerOption{}, sc.GRPCOptions...), g.options()...)
+	if in != nil {
+		sc.GRPCOptions = append(sc.GRPCOptions, grpc.ChainUnaryInterceptor(in.unary()))
 	}
 	return sc
 }
@@ -134,25 +159,26 @@ func (r *Router) idleStop(inst *instance) {
 func (r *Router) watchLive(ctx context.Context, inst *instance) {
 	defer close(inst.watchDone)
 	live := keyspace.TenantLive(inst.rec.ID)
-	for {
-		err := r.db.WaitChange(ctx, live, []byte{})
+	// The marker carries the tenant's quotas and changes with them: each
+	// change wakes the wait, which goes on from the new value while the
+	// marker is there. The first wait assumes the record's quotas.
+	seen, err := encodeMarker(inst.rec.Quotas)
+	for seen != nil || err != nil {
+		if err == nil {
+			err = r.db.WaitChange(ctx, live, seen)
+		}
 		if ctx.Err() != nil {
 			return
 		}
 		if err == nil {
-			gone, rerr := r.gone(ctx, live)
-			if rerr == nil && !gone {
-				continue // a spurious wake-up
-			}
-			err = rerr
-		}
-		if err == nil {
-			break
+			seen, err = r.marker(ctx, live)
+			continue
 		}
 		r.lg.Warn("watching a tenant's deletion", zap.String("tenant", inst.rec.Name), zap.Error(err))
 		if !wait(ctx, lookupTimeout) {
 			return
 		}
+		seen, err = r.marker(ctx, live)
 	}
 	r.mu.Lock()
 	if inst.stopping {
@@ -169,15 +195,15 @@ func (r *Router) watchLive(ctx context.Context, inst *instance) {
 	r.stop(inst, true)
 }
 
-// gone reports whether the live marker is absent.
-func (r *Router) gone(ctx context.Context, live []byte) (bool, error) {
+// marker reads the live marker; nil when the tenant is gone.
+func (r *Router) marker(ctx context.Context, live []byte) ([]byte, error) {
 	var v []byte
 	err := r.db.View(ctx, func(tx storage.ReadTx) error {
 		var err error
 		v, err = tx.Get(live)
 		return err
 	})
-	return v == nil, err
+	return v, err
 }
 
 // wait waits d or until ctx ends, and reports whether it was d.
@@ -259,6 +285,7 @@ func (r *Router) Close() {
 		_ = l.Close()
 	}
 	r.conns.Wait()
+	r.stopPeers() // its requests hold tenants' servers: before they stop
 	for _, inst := range stop {
 		r.stop(inst, false)
 	}
@@ -271,6 +298,12 @@ func (r *Router) Close() {
 	r.refuse.Stop()
 	_ = r.refuseL.Close()
 	<-r.refuseDone
+	if r.peers != nil {
+		r.peers.Close()
+	}
+	if r.admin != nil {
+		r.admin.stop()
+	}
 }
 
 // Running reports how many tenants have a server running.

@@ -28,9 +28,7 @@ var (
 type Record struct {
 	Name string `json:"-"`
 	ID   uint64 `json:"id"`
-	// QuotaBackendBytes is the tenant's --quota-backend-bytes: 0 means the
-	// server's own setting, a negative value no quota.
-	QuotaBackendBytes int64 `json:"quotaBackendBytes,omitempty"`
+	Quotas
 	// Token tells the creating call its own record from a concurrent
 	// creator's after a commit whose outcome was unknown.
 	Token uint64 `json:"token"`
@@ -84,17 +82,27 @@ func (g *Registry) Get(ctx context.Context, name string) (Record, error) {
 	return decode(name, v)
 }
 
-// Create adds the tenant named name with a fresh id, or fails with
-// ErrExists. Retries after an unknown commit result find their own record.
+// Create adds the tenant named name with a fresh id and a byte quota (see
+// Quotas.BackendBytes), or fails with ErrExists.
 func (g *Registry) Create(ctx context.Context, name string, quotaBytes int64) (Record, error) {
+	return g.CreateWithQuotas(ctx, name, Quotas{BackendBytes: quotaBytes})
+}
+
+// CreateWithQuotas adds the tenant named name with a fresh id and quotas
+// q, or fails with ErrExists. Retries after an unknown commit result find
+// their own record.
+func (g *Registry) CreateWithQuotas(ctx context.Context, name string, q Quotas) (Record, error) {
 	if err := ValidName(name); err != nil {
+		return Record{}, err
+	}
+	if err := q.Validate(); err != nil {
 		return Record{}, err
 	}
 	var tok [8]byte
 	if _, err := rand.Read(tok[:]); err != nil {
 		return Record{}, err
 	}
-	rec := Record{Name: name, QuotaBackendBytes: quotaBytes, Token: binary.BigEndian.Uint64(tok[:])}
+	rec := Record{Name: name, Quotas: q, Token: binary.BigEndian.Uint64(tok[:])}
 	err := g.db.Update(ctx, func(tx storage.Tx) error {
 		v, err := tx.Get(keyspace.TenantRecord(name))
 		if err != nil {
@@ -121,23 +129,34 @@ func (g *Registry) Create(ctx context.Context, name string, quotaBytes int64) (R
 	return rec, err
 }
 
-// put writes rec, and with fresh its id and live marker.
+// put writes rec and its live marker, which carries its quotas (see
+// encodeMarker), and with fresh its id.
 func put(tx storage.Tx, rec Record, fresh bool) error {
 	v, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
+	marker, err := encodeMarker(rec.Quotas)
+	if err != nil {
+		return err
+	}
 	tx.Set(keyspace.TenantRecord(rec.Name), v)
+	tx.Set(keyspace.TenantLive(rec.ID), marker)
 	if fresh {
 		tx.Set(keyspace.TenantLastID, binary.BigEndian.AppendUint64(nil, rec.ID))
-		tx.Set(keyspace.TenantLive(rec.ID), []byte{})
 	}
 	return nil
 }
 
-// SetQuota changes a tenant's byte quota; running servers of the tenant
-// take it on their next start.
+// SetQuota changes a tenant's byte quota (see ChangeQuotas).
 func (g *Registry) SetQuota(ctx context.Context, name string, quotaBytes int64) (Record, error) {
+	return g.ChangeQuotas(ctx, name, QuotaChange{BackendBytes: &quotaBytes})
+}
+
+// ChangeQuotas changes the quotas c names and keeps the others. Running
+// servers of the tenant apply them from their next transaction on: the
+// quotas travel in the live marker that every transaction reads.
+func (g *Registry) ChangeQuotas(ctx context.Context, name string, c QuotaChange) (Record, error) {
 	var rec Record
 	err := g.db.Update(ctx, func(tx storage.Tx) error {
 		v, err := tx.Get(keyspace.TenantRecord(name))
@@ -150,7 +169,10 @@ func (g *Registry) SetQuota(ctx context.Context, name string, quotaBytes int64) 
 		if rec, err = decode(name, v); err != nil {
 			return err
 		}
-		rec.QuotaBackendBytes = quotaBytes
+		rec.Quotas = c.apply(rec.Quotas)
+		if err := rec.Quotas.Validate(); err != nil {
+			return err
+		}
 		return put(tx, rec, false)
 	})
 	return rec, err

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fdb-etcd/fdb-etcd/server"
+	"github.com/fdb-etcd/fdb-etcd/server/cluster"
+	"github.com/fdb-etcd/fdb-etcd/server/forward"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
@@ -26,10 +28,9 @@ const (
 // Config configures a Router.
 type Config struct {
 	// Server is the template of every tenant's server. The router clears
-	// its TLS, listen URLs and write forwarding (a tenant's server serves
-	// connections the router has already accepted, and a forwarded write
-	// would reach the peer without its tenant), and applies the tenant's
-	// own quota.
+	// its TLS and listen URLs (a tenant's server serves connections the
+	// router has already accepted), keeps its write forwarding only with
+	// PeerTLS, and applies the tenant's own quota.
 	Server server.Config
 	// TLS is the client port's configuration (tlsconfig.Reloader's
 	// ServerConfig); it must require and verify client certificates, whose
@@ -38,6 +39,28 @@ type Config struct {
 	// AutoCreate creates the tenant of an unknown Common Name instead of
 	// refusing the connection (--tenant-auto-create).
 	AutoCreate bool
+	// PeerTLS is the client configuration this replica dials its peers
+	// with (tlsconfig.Reloader's ClientConfig). With Server.ForwardWrites,
+	// tenants' writes go to the replica that owns that tenant's writes, and
+	// a connection whose certificate has the Common Name of the one
+	// PeerTLS presents is a peer's: its requests run in the tenant they
+	// name. That name is therefore no tenant's. Nil: every replica commits
+	// its tenants' writes itself.
+	PeerTLS func() *tls.Config
+	// Members lists the replicas (the process's own server's MemberList,
+	// from the record each replica keeps in the root keyspace); tenants'
+	// servers list them under their own member ids instead of keeping a
+	// record per tenant, renewed every few seconds while it runs. Nil: each
+	// tenant's server keeps its own.
+	Members cluster.Members
+	// MaxInflight bounds the unary requests one tenant runs at once in this
+	// replica (the rest wait their turn), to keep one tenant's storm from
+	// crowding out the others; 0 means no bound. Measured with a 64-client
+	// write storm on 2 cores, a bound of 16 took the other tenant's put p99
+	// from 186 to 160 ms on Pebble: the storm is bound by the process's CPU,
+	// which a bound on concurrency does not share out, while it would hold
+	// up a lone tenant's writes behind its own slow LISTs.
+	MaxInflight int
 	// IdleTimeout is how long a tenant's server runs without connections
 	// before it stops; 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
@@ -48,6 +71,17 @@ type Config struct {
 	// returns the function that cancels the call.
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 	Logger    *zap.Logger
+	// AdminCNs are the Common Names of administrators
+	// (--tenant-admin-cn): their connections reach the admin service
+	// (admin.go) instead of a tenant.
+	AdminCNs []string
+	// MetricsLimit is how many tenants get series of their own
+	// (--tenant-metrics-limit); 0 means DefaultMetricsLimit, negative
+	// none.
+	MetricsLimit int
+	// Now is the clock of the request quota and the request latencies;
+	// nil means time.Now.
+	Now func() time.Time
 }
 
 // Router serves one client port for many tenants: it does the TLS
@@ -68,7 +102,18 @@ type Router struct {
 	refuseL    *connListener
 	refuseDone chan struct{}
 
+	// admin serves the connections of AdminCNs (admin.go); nil without.
+	admin    *adminServer
+	adminCNs map[string]bool
+	metrics  *Metrics
+
 	conns sync.WaitGroup // accept loops and connections being routed
+
+	// Forwarded writes (peer.go); nil without PeerTLS and ForwardWrites.
+	peers    *forward.Peers // tenants' servers forward through these
+	peerSrv  *grpc.Server   // serves peers' forwarded requests
+	peerL    *connListener
+	peerDone chan struct{}
 
 	mu        sync.Mutex
 	closed    bool                 // guarded by mu
@@ -84,6 +129,8 @@ type instance struct {
 	l     *connListener
 	err   error
 
+	inflight inflight // its unary requests running now
+
 	conns    int           // guarded by Router.mu: connections handed to srv and open
 	stopIdle func() bool   // guarded by Router.mu: cancels the pending idle stop
 	stopping bool          // guarded by Router.mu: srv is stopping or stopped
@@ -91,6 +138,8 @@ type instance struct {
 
 	unwatch   context.CancelFunc // ends watchLive
 	watchDone chan struct{}      // closed when watchLive returns
+
+	guard *guard // the tenant's quotas and metrics; set before ready closes
 }
 
 // NewRouter returns a router over the shared store db; it serves once
@@ -111,12 +160,25 @@ func NewRouter(cfg Config, db storage.DB) (*Router, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MetricsLimit == 0 {
+		cfg.MetricsLimit = DefaultMetricsLimit
+	}
 	tlsCfg := cfg.TLS.Clone()
 	tlsCfg.ClientAuth = tls.RequireAndVerifyClientCert
 	cfg.TLS = tlsCfg
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Router{cfg: cfg, db: db, reg: NewRegistry(db), lg: cfg.Logger, ctx: ctx, close: cancel,
-		tenants: make(map[string]*instance), refuseDone: make(chan struct{})}
+		tenants: make(map[string]*instance), refuseDone: make(chan struct{}),
+		metrics: newMetrics(cfg.MetricsLimit), adminCNs: make(map[string]bool)}
+	for _, cn := range cfg.AdminCNs {
+		r.adminCNs[cn] = true
+	}
+	if len(r.adminCNs) > 0 {
+		r.admin = startAdminServer(r.reg.Admin())
+	}
 	r.refuse = grpc.NewServer(grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
 		return rpctypes.ErrGRPCPermissionDenied
 	}))
@@ -125,6 +187,7 @@ func NewRouter(cfg Config, db storage.DB) (*Router, error) {
 		defer close(r.refuseDone)
 		_ = r.refuse.Serve(r.refuseL)
 	}()
+	r.startPeers()
 	return r, nil
 }
 
@@ -173,9 +236,18 @@ func (r *Router) route(c net.Conn) {
 		return
 	}
 	name := commonName(tc.ConnectionState())
+	if r.adminCNs[name] {
+		r.lg.Debug("admin connection", zap.String("cn", name))
+		r.admin.l.deliver(tc)
+		return
+	}
+	if r.peerSrv != nil && name != "" && name == r.peerName() {
+		r.peerL.deliver(tc)
+		return
+	}
 	lctx, cancelLookup := context.WithTimeout(r.ctx, lookupTimeout)
 	defer cancelLookup()
-	inst, err := r.acquire(lctx, name, c.LocalAddr())
+	inst, err := r.acquire(lctx, name, c.LocalAddr(), r.cfg.AutoCreate)
 	if err != nil {
 		r.lg.Info("tenant connection refused", zap.String("tenant", name), zap.Error(err))
 		r.refuseL.deliver(tc)
@@ -191,13 +263,13 @@ func commonName(st tls.ConnectionState) string {
 	return st.VerifiedChains[0][0].Subject.CommonName
 }
 
-// lookup returns name's record, creating it with AutoCreate.
-func (r *Router) lookup(ctx context.Context, name string) (Record, error) {
+// lookup returns name's record, creating it if create.
+func (r *Router) lookup(ctx context.Context, name string, create bool) (Record, error) {
 	if name == "" {
 		return Record{}, errors.New("client certificate has no Common Name")
 	}
 	rec, err := r.reg.Get(ctx, name)
-	if !errors.Is(err, ErrNotFound) || !r.cfg.AutoCreate {
+	if !errors.Is(err, ErrNotFound) || !create {
 		return rec, err
 	}
 	rec, err = r.reg.Create(ctx, name, 0)

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net"
 	"runtime"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/server"
+	"github.com/fdb-etcd/fdb-etcd/server/cluster"
 	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig"
 	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig/tlstest"
 	"github.com/fdb-etcd/fdb-etcd/storage"
@@ -72,7 +74,12 @@ type env struct {
 
 // startRouter serves a router on loopback over a fresh shared store, with
 // a real TLS configuration that requires client certificates.
-func startRouter(t testing.TB, autoCreate bool) *env {
+func startRouter(t testing.TB, autoCreate bool, opts ...func(*Config)) *env {
+	return startRouterOn(t, testdb.Open(t), autoCreate, opts...)
+}
+
+// startRouterOn is startRouter over db.
+func startRouterOn(t testing.TB, db storage.DB, autoCreate bool, opts ...func(*Config)) *env {
 	ca := tlstest.NewCA(t, "tenant-test-ca")
 	files := tlstest.Write(t, t.TempDir(), ca.Server(t, "localhost"), ca)
 	rl, err := tlsconfig.New(tlsconfig.Config{CertFile: files.Cert, KeyFile: files.Key,
@@ -80,19 +87,22 @@ func startRouter(t testing.TB, autoCreate bool) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := testdb.Open(t)
 	sc := server.Config{Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}
 	if _, bench := t.(*testing.B); bench {
 		sc.Logger = zap.NewNop() // a benchmark's log would stay in memory and count as the tenants'
 	}
 	sc.MVCC.SoleWriter = testdb.Backend() == "pebble"
-	timers := &idleTimers{}
-	r, err := NewRouter(Config{Server: sc, TLS: rl.ServerConfig(), AutoCreate: autoCreate,
-		AfterFunc: timers.AfterFunc, Logger: sc.Logger}, db)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	timers := &idleTimers{}
+	cfg := Config{Server: sc, TLS: rl.ServerConfig(), AutoCreate: autoCreate, AfterFunc: timers.AfterFunc,
+		Logger: sc.Logger, Members: replicaMembers(t, db, "replica", l.Addr().String())}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r, err := NewRouter(cfg, db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,6 +111,21 @@ func startRouter(t testing.TB, autoCreate bool) *env {
 	}
 	t.Cleanup(r.Close)
 	return &env{t: t, ca: ca, addr: l.Addr().String(), router: r, db: db, timers: timers}
+}
+
+// replicaMembers keeps a replica's member record in the root keyspace, as
+// the process's own server does, until the test ends.
+func replicaMembers(t testing.TB, db storage.DB, name, addr string) cluster.Members {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id := fnv.New64a()
+	id.Write([]byte(name))
+	reg, err := cluster.NewRegistry(ctx, db, cluster.RegistryConfig{ID: id.Sum64(), Name: name, ClientURLs: []string{"https://" + addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Stop)
+	return reg.Members
 }
 
 // client dials the router with a client certificate for cn; the client

@@ -13,13 +13,15 @@ import (
 // puts it in the transaction's read set: a delete that commits first makes
 // the transaction conflict, and its retry sees the tenant gone.
 type fence struct {
-	key   []byte
-	read  bool
-	alive bool
+	key    []byte
+	quotas *quotaCell // takes the quotas the marker carries
+	read   bool
+	alive  bool
 }
 
 func (f *fence) set(v []byte) {
 	f.read, f.alive = true, v != nil
+	f.quotas.observe(v)
 }
 
 func (f *fence) err() error {
@@ -193,7 +195,7 @@ func (t scanWriteTx) Scan(begin, end []byte, fn func(key, value []byte) bool) er
 // wrap returns the tenant's view of itx: a storage.Tx when w (itx as a
 // Tx) is not nil, with Scan when itx has it.
 func (d *DB) wrap(itx storage.ReadTx, w storage.Tx) wrapped {
-	rt := readTx{d: d, ft: &fenceTx{r: itx, f: fence{key: d.live}}}
+	rt := readTx{d: d, ft: &fenceTx{r: itx, f: fence{key: d.live, quotas: d.quotas}}}
 	sc, canScan := itx.(storage.Scanner)
 	if w == nil {
 		if canScan {

@@ -19,64 +19,80 @@ func (h *Hub) catchUp(st *Stream) {
 	defer h.wg.Done()
 	var ws []*Watcher
 	for {
-		h.mu.Lock()
-		if st.closed || h.stopping || len(st.unsynced) == 0 {
-			st.catchingUp = false
-			if st.reqs.Pending() {
-				h.answer(st)
-			}
-			h.mu.Unlock()
+		var rd mvcc.WatchRead
+		var done bool
+		ws, rd, done = h.behind(st, ws[:0])
+		if done {
 			return
 		}
-		upTo := h.rev
-		from := int64(math.MaxInt64)
-		prevKV := false
-		ws = ws[:0]
-		for w := range st.unsynced {
-			if w.next > upTo {
-				// Caught up: the hub dispatches everything after upTo.
-				delete(st.unsynced, w)
-				w.state, w.lagging = stateSynced, false
-				h.idx.add(w)
-				continue
-			}
-			ws = append(ws, w)
-			from = min(from, w.next)
-			prevKV = prevKV || w.prevKV
+		if len(ws) > 0 {
+			h.catchUpRead(st, ws, rd)
 		}
-		h.mu.Unlock()
-		if len(ws) == 0 {
-			continue
-		}
+	}
+}
 
-		b, err := h.src.ReadWatchEvents(h.ctx, mvcc.WatchRead{From: from, UpTo: upTo, MaxRevs: h.cfg.CatchUpRevs, MaxBytes: h.cfg.ReadBytes, PrevKV: prevKV})
-		if errors.Is(err, mvcc.ErrCompacted) {
-			h.mu.Lock()
-			for _, w := range ws {
-				if w.state == stateUnsynced && w.next < b.Compacted {
-					h.compact(w, b.Compacted)
-				}
-			}
-			h.mu.Unlock()
+// behind appends to ws the stream's unsynced watchers that are still behind
+// the hub's revision, with the read that serves them all, and moves the
+// others, which dispatch has reached, back into the index. done: nothing is
+// left to catch up, or the stream or the hub is ending; the stream stops
+// catching up, answering the requests that waited for it.
+func (h *Hub) behind(st *Stream, ws []*Watcher) (_ []*Watcher, rd mvcc.WatchRead, done bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if st.closed || h.stopping || len(st.unsynced) == 0 {
+		st.catchingUp = false
+		if st.reqs.Pending() {
+			h.answer(st)
+		}
+		return ws, rd, true
+	}
+	rd = mvcc.WatchRead{From: math.MaxInt64, UpTo: h.rev, MaxRevs: h.cfg.CatchUpRevs, MaxBytes: h.cfg.ReadBytes}
+	for w := range st.unsynced {
+		if w.next > rd.UpTo {
+			// Caught up: the hub dispatches everything after UpTo.
+			delete(st.unsynced, w)
+			w.state, w.lagging = stateSynced, false
+			h.idx.add(w)
 			continue
 		}
-		if err != nil {
-			if h.ctx.Err() == nil {
-				h.lg.Warn("watch hub: catch-up read failed; retrying", zap.Error(err))
-				h.sleep()
-			}
-			continue
-		}
-		if !h.deliver(st, ws, b) {
-			continue // the stream closed or the hub is stopping
-		}
+		ws = append(ws, w)
+		rd.From = min(rd.From, w.next)
+		rd.PrevKV = rd.PrevKV || w.prevKV
+	}
+	return ws, rd, false
+}
+
+// catchUpRead reads the next batch of history for ws and delivers it. A
+// compaction past a watcher's next revision cancels it; a failed read is
+// tried again, after a pause, by the next round.
+func (h *Hub) catchUpRead(st *Stream, ws []*Watcher, rd mvcc.WatchRead) {
+	b, err := h.src.ReadWatchEvents(h.ctx, rd)
+	switch {
+	case errors.Is(err, mvcc.ErrCompacted):
 		h.mu.Lock()
+		defer h.mu.Unlock()
 		for _, w := range ws {
-			if w.state == stateUnsynced {
-				w.next = max(w.next, b.To+1)
+			if w.state == stateUnsynced && w.next < b.Compacted {
+				h.compact(w, b.Compacted)
 			}
 		}
-		h.mu.Unlock()
+		return
+	case err != nil:
+		if h.ctx.Err() == nil {
+			h.lg.Warn("watch hub: catch-up read failed; retrying", zap.Error(err))
+			h.sleep()
+		}
+		return
+	}
+	if !h.deliver(st, ws, b) {
+		return // the stream closed or the hub is stopping
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, w := range ws {
+		if w.state == stateUnsynced {
+			w.next = max(w.next, b.To+1)
+		}
 	}
 }
 

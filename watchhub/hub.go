@@ -39,6 +39,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/progress"
 )
 
 // Source is what the hub reads; *mvcc.Store implements it.
@@ -75,6 +76,20 @@ type Config struct {
 	StreamControl int
 	// RetryDelay is the pause after a storage error before retrying.
 	RetryDelay time.Duration
+	// Served is the process's response-header watermark (server/header).
+	// With it, a progress request on a synced stream is answered at once,
+	// from memory, when the hub has dispatched every revision the process
+	// has told any client (Stream.RequestProgress); nil answers every
+	// request only after reading the store's head.
+	Served *progress.Served
+	// SoleWriter says that no other process writes to the store (the
+	// embedded backend, mvcc.Config.SoleWriter), so a client can know of
+	// no revision this process did not tell it of, and an answer from
+	// memory is final.
+	// Otherwise (replicas on FoundationDB) the request still reads the
+	// store's head after answering from memory, and a newer head gets a
+	// second notification, as the answer without Served would carry.
+	SoleWriter bool
 }
 
 func (c *Config) defaults() {
@@ -118,8 +133,9 @@ type Hub struct {
 	head     int64         // the newest committed revision the hub knows of
 	advanced chan struct{} // closed and replaced whenever rev advances
 	idx      *index
-	streams  map[*Stream]struct{} // open streams
-	waiting  map[*Stream]struct{} // streams with unanswered progress requests
+	streams  map[*Stream]struct{}                         // open streams
+	waiting  map[*Stream]struct{}                         // streams with unanswered progress requests
+	answered struct{ memory, afterRead, followUps int64 } // progress requests, by how they were answered
 	stopping bool
 	groups   []*group   // dispatch scratch
 	touched  []*Watcher // dispatch scratch
@@ -159,26 +175,32 @@ func (h *Hub) Rev() int64 {
 	return h.rev
 }
 
-// Stats is a snapshot for tests and metrics.
+// Stats is a snapshot of the hub's watchers and queues, for the metrics
+// scrape.
 type Stats struct {
 	// Rev is the revision up to which events are dispatched; Head the
 	// newest committed revision the hub knows of.
 	Rev, Head int64
 	// Watchers by state: synced, unsynced (catching up from the revision
 	// log; lagging ones not counted), lagging (fell behind their stream,
-	// etcd's victims), canceled for compaction but still registered.
-	Synced, Unsynced, Lagging, Compacted int
-	Streams                              int
-	// Queued is the number of responses queued on all streams, QueuedBytes
-	// their approximate event bytes.
-	Queued, QueuedBytes int
+	// etcd's victims).
+	Synced, Unsynced, Lagging int
+	Streams                   int
+	// QueuedBytes is the approximate event bytes of the responses queued
+	// on all streams.
+	QueuedBytes int
+	// Progress requests answered so far: from memory at once, after a
+	// read of the head, and second notifications that followed an answer
+	// from memory because the head was newer (Stream.RequestProgress).
+	ProgressFromMemory, ProgressAfterRead, ProgressFollowUps int64
 }
 
 // Stats counts the hub's watchers.
 func (h *Hub) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := Stats{Rev: h.rev, Head: max(h.head, h.rev), Synced: h.idx.size, Streams: len(h.streams)}
+	s := Stats{Rev: h.rev, Head: max(h.head, h.rev), Synced: h.idx.size, Streams: len(h.streams),
+		ProgressFromMemory: h.answered.memory, ProgressAfterRead: h.answered.afterRead, ProgressFollowUps: h.answered.followUps}
 	for st := range h.streams {
 		for w := range st.unsynced {
 			if w.lagging {
@@ -187,13 +209,7 @@ func (h *Hub) Stats() Stats {
 				s.Unsynced++
 			}
 		}
-		for _, w := range st.watchers {
-			if w.state == stateCompacted {
-				s.Compacted++
-			}
-		}
-		n, b := st.Len()
-		s.Queued += n
+		_, b := st.Len()
 		s.QueuedBytes += b
 	}
 	return s
@@ -474,12 +490,18 @@ const (
 // compacted watcher still registered, a watcher waiting for a future
 // revision) is dropped. The caller holds mu.
 func (h *Hub) progressReady(st *Stream) progressState {
+	return h.progressReadyAt(st, st.reqs.Target())
+}
+
+// progressReadyAt is progressReady for requests whose answer must carry at
+// least target. The caller holds mu.
+func (h *Hub) progressReadyAt(st *Stream, target int64) progressState {
 	if len(st.watchers) == 0 {
 		return progressDrop
 	}
-	need := st.reqs.Target()
+	need := target
 	for _, w := range st.watchers {
-		if w.state == stateCompacted || w.startRev > st.reqs.Target() {
+		if w.state == stateCompacted || w.startRev > target {
 			return progressDrop
 		}
 		need = max(need, w.createdRev)

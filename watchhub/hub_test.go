@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,42 +15,70 @@ import (
 
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/progress"
 )
 
 const wait = 20 * time.Second
 
+// gate holds the reads that pass it while it is held.
+type gate struct {
+	mu sync.Mutex
+	ch chan struct{} // nil while open
+}
+
+func (g *gate) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ch = make(chan struct{})
+}
+
+func (g *gate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.ch)
+	g.ch = nil
+}
+
+func (g *gate) pass(ctx context.Context) error {
+	g.mu.Lock()
+	ch := g.ch
+	g.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // gatedSource lets a test hold the hub's tail reads (no UpTo, values read)
-// while catch-up reads and progress requests' log reads go through.
+// while catch-up reads and progress requests' log reads go through, and
+// hold progress requests' reads of the head (keys only) on their own.
 type gatedSource struct {
 	*mvcc.Store
-	mu   sync.Mutex
-	gate chan struct{}
+	gate                   // the hub's tail reads
+	probeGate gate         // progress requests' reads of the head
+	probes    atomic.Int64 // such reads started
+	probed    atomic.Int64 // such reads done
 }
 
-func (g *gatedSource) hold() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.gate = make(chan struct{})
-}
-
-func (g *gatedSource) release() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	close(g.gate)
-	g.gate = nil
-}
+func (g *gatedSource) holdProbes()    { g.probeGate.hold() }
+func (g *gatedSource) releaseProbes() { g.probeGate.release() }
 
 func (g *gatedSource) ReadWatchEvents(ctx context.Context, r mvcc.WatchRead) (mvcc.EventBatch, error) {
+	if r.KeysOnly {
+		g.probes.Add(1)
+		defer g.probed.Add(1)
+		if err := g.probeGate.pass(ctx); err != nil {
+			return mvcc.EventBatch{}, err
+		}
+	}
 	if r.UpTo == 0 && !r.KeysOnly {
-		g.mu.Lock()
-		gate := g.gate
-		g.mu.Unlock()
-		if gate != nil {
-			select {
-			case <-gate:
-			case <-ctx.Done():
-				return mvcc.EventBatch{}, ctx.Err()
-			}
+		if err := g.gate.pass(ctx); err != nil {
+			return mvcc.EventBatch{}, err
 		}
 	}
 	return g.Store.ReadWatchEvents(ctx, r)
@@ -363,6 +392,166 @@ func TestProgressDoesNotWaitForUnrelatedRevisions(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// quietStream returns a stream with a synced watcher on the quiet/ range,
+// its created response drained.
+func quietStream(t *testing.T, h *Hub) *Stream {
+	t.Helper()
+	st := h.NewStream()
+	if err := st.Watch(context.Background(), Options{Key: []byte("quiet/"), End: []byte("quiet0")}); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, st, func(r Response) bool { return r.Kind == KindCreated })
+	return st
+}
+
+// progressRevs pops what a stream has queued and returns the revisions of
+// its progress responses; it fails on anything else.
+func progressRevs(t *testing.T, st *Stream) []int64 {
+	t.Helper()
+	var revs []int64
+	for _, r := range st.Pop(nil, 64) {
+		if r.Kind != KindProgress || r.WatchID != InvalidWatchID {
+			t.Fatalf("unexpected response %+v", r)
+		}
+		revs = append(revs, r.Rev)
+	}
+	return revs
+}
+
+// On a store only this process writes, a progress request on a synced
+// stream whose hub has dispatched every revision the process has put in a
+// response header is answered at once, without reading the store: the
+// answer kube-apiserver's consistent reads wait for after each Range.
+func TestProgressFromMemory(t *testing.T) {
+	s := newStore(t)
+	g := &gatedSource{Store: s}
+	served := &progress.Served{}
+	h := newHub(t, g, Config{Served: served, SoleWriter: true})
+	st := quietStream(t, h)
+	R := putKey(t, s, "busy/1", "1")
+	served.Observe(R)
+	waitFor(t, func() bool { return h.Rev() >= R })
+	if err := st.RequestProgress(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := progressRevs(t, st); fmt.Sprint(got) != fmt.Sprint([]int64{R}) {
+		t.Fatalf("progress answers %v, want [%d]", got, R)
+	}
+	if n := g.probes.Load(); n != 0 {
+		t.Fatalf("the answer read the store %d times, want 0", n)
+	}
+}
+
+// A revision the process has told a client of but the hub has not
+// dispatched yet keeps the answer from coming from memory: it carries at
+// least that revision.
+func TestProgressFromMemoryNotBelowServed(t *testing.T) {
+	s := newStore(t)
+	g := &gatedSource{Store: s}
+	served := &progress.Served{}
+	h := newHub(t, g, Config{Served: served, SoleWriter: true})
+	st := quietStream(t, h)
+	g.hold()
+	defer g.release()
+	R := putKey(t, s, "busy/1", "1")
+	served.Observe(R)
+	if err := st.RequestProgress(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := progressRevs(t, st); fmt.Sprint(got) != fmt.Sprint([]int64{R}) {
+		t.Fatalf("with the hub held below %d: progress answers %v, want [%d]", R, got, R)
+	}
+}
+
+// sharedStoreStream is a hub on a store other processes write (no
+// SoleWriter), with a quiet stream, after one write the process told a
+// client of (R0) and the hub dispatched.
+func sharedStoreStream(t *testing.T) (*mvcc.Store, *gatedSource, *Hub, *Stream, int64) {
+	t.Helper()
+	s := newStore(t)
+	g := &gatedSource{Store: s}
+	served := &progress.Served{}
+	h := newHub(t, g, Config{Served: served})
+	st := quietStream(t, h)
+	R0 := putKey(t, s, "busy/1", "1")
+	served.Observe(R0)
+	waitFor(t, func() bool { return h.Rev() >= R0 })
+	return s, g, h, st, R0
+}
+
+// On a store other processes write too (replicas on FoundationDB), a
+// revision another replica committed — and may have told a client of, as
+// the Range of a kube-apiserver spreading its requests over replicas does
+// — gets a second notification at the store's head after the answer from
+// memory, without waiting for the hub; with no newer head, one answer.
+func TestProgressFromMemoryThenHeadOnSharedStore(t *testing.T) {
+	s, g, h, st, R0 := sharedStoreStream(t)
+	ctx := context.Background()
+	if err := st.RequestProgress(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return g.probed.Load() == 1 })
+	h.Rev() // the head check answers under the hub's lock, after its read
+	if got := progressRevs(t, st); fmt.Sprint(got) != fmt.Sprint([]int64{R0}) {
+		t.Fatalf("nothing newer committed: progress answers %v, want [%d]", got, R0)
+	}
+	g.hold()
+	defer g.release()
+	putKey(t, s, "busy/2", "2") // committed by "another replica": not in served
+	R := putKey(t, s, "busy/3", "3")
+	if err := st.RequestProgress(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	drain(t, st, func(r Response) bool {
+		got = append(got, r.Rev)
+		return r.Rev >= R
+	})
+	if fmt.Sprint(got) != fmt.Sprint([]int64{R0, R}) {
+		t.Fatalf("with the hub held at %d and the head at %d: progress answers %v, want [%d %d]", R0, R, got, R0, R)
+	}
+}
+
+// The read of the head that follows answers from memory on a shared store
+// runs off the stream's receive path: while it waits, further requests are
+// answered from memory at once, and they share one more read, started
+// after they arrived, whose newer head gets one more notification.
+func TestProgressHeadCheckDoesNotBlockRequests(t *testing.T) {
+	s, g, h, st, R0 := sharedStoreStream(t)
+	ctx := context.Background()
+	g.holdProbes()
+	for range 3 {
+		done := make(chan error, 1)
+		go func() { done <- st.RequestProgress(ctx) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(wait):
+			t.Fatal("a progress request waited for the head check of an earlier one")
+		}
+	}
+	if got := progressRevs(t, st); fmt.Sprint(got) != fmt.Sprint([]int64{R0, R0, R0}) {
+		t.Fatalf("answers from memory %v, want three at %d", got, R0)
+	}
+	g.hold()
+	defer g.release()
+	R := putKey(t, s, "busy/2", "2") // committed by another process
+	g.releaseProbes()
+	var got []int64
+	drain(t, st, func(r Response) bool {
+		got = append(got, r.Rev)
+		return r.Rev >= R
+	})
+	waitFor(t, func() bool { return g.probed.Load() == 2 })
+	h.Rev()
+	got = append(got, progressRevs(t, st)...)
+	if fmt.Sprint(got) != fmt.Sprint([]int64{R}) || g.probes.Load() != 2 {
+		t.Fatalf("after the head checks: answers %v and %d reads, want one answer at %d and 2 reads", got, g.probes.Load(), R)
+	}
 }
 
 // The hub falling behind a whole compaction cancels the synced watchers

@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.uber.org/zap"
 
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/progress"
@@ -140,7 +141,12 @@ type Stream struct {
 	nextID     int64
 	unsynced   map[*Watcher]struct{}
 	catchingUp bool
-	reqs       progress.Requests
+	// headCheck: a goroutine reads the store's head after answers from
+	// memory (Stream.RequestProgress); headAgain: a request arrived after
+	// it started reading, so it reads again.
+	headCheck bool
+	headAgain bool
+	reqs      progress.Requests
 	// progressRev is the highest revision a progress answer promised.
 	progressRev int64
 	closed      bool
@@ -268,13 +274,22 @@ func (h *Hub) detach(w *Watcher) {
 
 // RequestProgress handles a WatchProgressRequest: the answer (watch id -1) is
 // queued once every watcher of the stream has been sent every event up to
-// the store's current revision; see Hub.progressReady for when it is dropped
-// instead. It reads, in one transaction, the store's head and the keys of
-// the revisions the hub has not dispatched yet: when none of them concerns
-// the stream's (synced) watchers, the answer is queued at once rather than
-// behind the hub's reading and dispatching of those revisions — work for
-// other streams, and on the embedded store the commit of a write this
-// stream does not watch.
+// a revision no lower than any this process has told a client of, and, on a
+// store other processes write too, a notification follows at the store's
+// revision when the request arrived if that is newer; see
+// Hub.progressReady for when it is dropped instead.
+//
+// When the hub has dispatched every revision the process has put in a
+// response header (Config.Served), the answer is queued at once from
+// memory, as etcd answers; kube-apiserver's consistent reads wait for one
+// after each Range, so that is most of their latency. Otherwise, or to
+// learn of revisions other processes committed, the request reads, in one
+// transaction, the store's head and the keys of the revisions the hub has
+// not dispatched yet: when none of them concerns the stream's (synced)
+// watchers, the answer is queued at the head at once rather than behind
+// the hub's reading and dispatching of those revisions — work for other
+// streams, and on the embedded store the commit of a write this stream
+// does not watch.
 func (st *Stream) RequestProgress(ctx context.Context) error {
 	h := st.h
 	h.mu.Lock()
@@ -282,24 +297,118 @@ func (st *Stream) RequestProgress(ctx context.Context) error {
 		h.mu.Unlock()
 		return nil
 	}
+	if h.answerFromMemory(st) > 0 {
+		if !h.cfg.SoleWriter {
+			h.checkHead(st)
+		}
+		h.mu.Unlock()
+		return nil
+	}
 	from := h.rev + 1
 	h.mu.Unlock()
-	b, err := h.src.ReadWatchEvents(ctx, mvcc.WatchRead{From: from, KeysOnly: true, NoSplit: true, MaxBytes: progressProbeBytes})
+	b, err := h.readHead(ctx, from)
 	if err != nil && !errors.Is(err, mvcc.ErrCompacted) {
 		return err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if st.closed || len(st.watchers) == 0 {
-		return nil
+	h.answerAtHead(st, b, err == nil, true)
+	return nil
+}
+
+// readHead reads the store's head and the keys of the revisions from on,
+// within the bounds of an answer that does not wait for the hub.
+func (h *Hub) readHead(ctx context.Context, from int64) (mvcc.EventBatch, error) {
+	return h.src.ReadWatchEvents(ctx, mvcc.WatchRead{From: from, KeysOnly: true, NoSplit: true, MaxBytes: progressProbeBytes})
+}
+
+// answerAtHead answers a stream's progress request after a read of the
+// head (b; whole says the read of the revisions after the hub's succeeded):
+// at b.Head at once when none of those revisions is for the stream, else
+// when the hub has dispatched them. A request answered from memory already
+// (owed false) needs another answer only for a head newer than any the
+// stream was promised. The caller holds mu.
+func (h *Hub) answerAtHead(st *Stream, b mvcc.EventBatch, whole, owed bool) {
+	if st.closed || len(st.watchers) == 0 || (!owed && b.Head <= st.progressRev) {
+		return
+	}
+	if owed {
+		h.answered.afterRead++
+	} else {
+		h.answered.followUps++
 	}
 	st.reqs.Add(b.Head)
-	if err == nil && h.progressReady(st) == progressWait && h.quietThrough(st, b) {
+	if whole && h.progressReady(st) == progressWait && h.quietThrough(st, b) {
 		h.sendProgress(st, b.Head)
-		return nil
+		return
 	}
 	h.answer(st)
-	return nil
+}
+
+// checkHead reads the store's head after an answer from memory, on a store
+// other processes write, off the stream's receive path: one goroutine per
+// stream at a time, which reads again if another request came meanwhile
+// (its answer needs a head read after it arrived). The caller holds mu.
+func (h *Hub) checkHead(st *Stream) {
+	if st.headCheck {
+		st.headAgain = true
+		return
+	}
+	if h.stopping {
+		return
+	}
+	st.headCheck = true
+	h.wg.Add(1)
+	go h.headChecks(st)
+}
+
+func (h *Hub) headChecks(st *Stream) {
+	defer h.wg.Done()
+	for {
+		h.mu.Lock()
+		if st.closed || h.stopping {
+			st.headCheck, st.headAgain = false, false
+			h.mu.Unlock()
+			return
+		}
+		from := h.rev + 1
+		h.mu.Unlock()
+		b, err := h.readHead(h.ctx, from)
+		h.mu.Lock()
+		if err == nil || errors.Is(err, mvcc.ErrCompacted) {
+			h.answerAtHead(st, b, err == nil, false)
+		} else if h.ctx.Err() == nil {
+			// The answer from memory stands, as an etcd follower's does;
+			// a client that needs a newer one asks again.
+			h.lg.Debug("watch hub: reading the head for a progress answer failed", zap.Error(err))
+		}
+		again := st.headAgain
+		st.headAgain = false
+		st.headCheck = again
+		h.mu.Unlock()
+		if !again {
+			return
+		}
+	}
+}
+
+// answerFromMemory answers a progress request at once at the hub's
+// revision if that tells no client of this process anything older than it
+// was told: the hub has dispatched every revision in a response header
+// (Served) and never promised more, no earlier request is pending, and
+// etcd's rule lets the stream be answered at h.rev. It returns the
+// revision answered, 0 if it did not answer. The caller holds mu.
+func (h *Hub) answerFromMemory(st *Stream) int64 {
+	if h.cfg.Served == nil || st.reqs.Pending() || h.rev < st.progressRev || h.rev < h.cfg.Served.Load() {
+		return 0
+	}
+	if h.progressReadyAt(st, h.rev) != progressSend {
+		return 0
+	}
+	st.reqs.Add(h.rev)
+	h.sendProgress(st, h.rev)
+	h.answered.memory++
+	return h.rev
 }
 
 // Bounds of the answer that does not wait for the hub: the log bytes it

@@ -165,6 +165,10 @@ type fdbEtcdConfig struct {
 	Tenancy           string        `json:"tenancy"`
 	TenantAutoCreate  bool          `json:"tenant-auto-create"`
 	TenantIdleTimeout time.Duration `json:"tenant-idle-timeout"`
+	// TenantAdminCNs reach the tenant admin service; TenantMetricsLimit
+	// caps the tenants with metrics series of their own.
+	TenantAdminCNs     []string `json:"tenant-admin-cn"`
+	TenantMetricsLimit int      `json:"tenant-metrics-limit"`
 	// FDBBuggify is FoundationDB's client fault injection, a testing aid
 	// given only as flags.
 	FDBBuggify fdb.ClientBuggify `json:"-"`
@@ -257,6 +261,6 @@ func newEtcdConfig() *etcdConfig {
 	}
 	c.fdbEtcdConfig = fdbEtcdConfig{Backend: "pebble", FDBClusterFile: "/etc/foundationdb/fdb.cluster",
 		FDBPrefix: "fdb-etcd", FDBAPIVersion: 730, FDBForwardWrites: true, ShutdownTimeout: 10 * time.Second,
-		Tenancy: tenancyNone, TenantIdleTimeout: tenant.DefaultIdleTimeout}
+		Tenancy: tenancyNone, TenantIdleTimeout: tenant.DefaultIdleTimeout, TenantMetricsLimit: tenant.DefaultMetricsLimit}
 	return c
 }

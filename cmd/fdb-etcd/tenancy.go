@@ -1,14 +1,9 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.uber.org/zap"
@@ -34,6 +29,9 @@ func checkTenancy(c *etcdConfig) error {
 		if f.TenantAutoCreate {
 			return errors.New("--tenant-auto-create needs --tenancy=client-cert-cn")
 		}
+		if len(f.TenantAdminCNs) > 0 {
+			return errors.New("--tenant-admin-cn needs --tenancy=client-cert-cn")
+		}
 		return nil
 	case tenancyClientCertCN:
 	default:
@@ -53,7 +51,31 @@ func checkTenancy(c *etcdConfig) error {
 	if f.TenantIdleTimeout <= 0 {
 		return errors.New("--tenant-idle-timeout must be > 0")
 	}
+	if f.TenantMetricsLimit < 0 {
+		return errors.New("--tenant-metrics-limit must be >= 0")
+	}
+	for _, cn := range f.TenantAdminCNs {
+		if cn == "" {
+			return errors.New("--tenant-admin-cn: an empty Common Name names no certificate")
+		}
+	}
 	return nil
+}
+
+// appendStringsFlag is a repeatable flag whose values may be
+// comma-separated lists.
+type appendStringsFlag struct{ dst *[]string }
+
+func (f appendStringsFlag) Set(s string) error {
+	*f.dst = append(*f.dst, strings.Split(s, ",")...)
+	return nil
+}
+
+func (f appendStringsFlag) String() string {
+	if f.dst == nil {
+		return ""
+	}
+	return strings.Join(*f.dst, ",")
 }
 
 // startTenancy serves every client URL through a tenant router. The
@@ -65,23 +87,35 @@ func startTenancy(cfg *config, sc server.Config, backend, db storage.DB, lg *zap
 		_ = db.Close()
 		return nil, err
 	}
-	router, err := tenant.NewRouter(tenant.Config{Server: sc, TLS: tr.ServerConfig(),
-		AutoCreate: cfg.etcd.TenantAutoCreate, IdleTimeout: cfg.etcd.TenantIdleTimeout, Logger: lg}, db)
-	if err != nil {
-		_ = db.Close()
-		return nil, err
-	}
 	root := sc
-	// Its client URLs are the router's, which takes no forwarded writes;
-	// nothing writes to the root keyspace through the API anyway.
+	// Its client URLs are the router's, and writes forwarded to them are
+	// tenants'; nothing writes to the root keyspace through the API anyway.
 	root.ListenClientURLs, root.ForwardWrites = nil, false
 	srv, err := server.New(root, db)
 	if err != nil {
-		router.Close()
 		_ = db.Close()
 		return nil, err
 	}
+	metricsLimit := cfg.etcd.TenantMetricsLimit
+	if metricsLimit == 0 {
+		metricsLimit = -1 // the flag's 0 is tenant.Config's "none"
+	}
+	// The root server's member record stands for the replica in every
+	// tenant's MemberList.
+	router, err := tenant.NewRouter(tenant.Config{Server: sc, TLS: tr.ServerConfig(),
+		AutoCreate: cfg.etcd.TenantAutoCreate, IdleTimeout: cfg.etcd.TenantIdleTimeout, Logger: lg,
+		AdminCNs: cfg.etcd.TenantAdminCNs, MetricsLimit: metricsLimit,
+		PeerTLS: tr.ClientConfig, Members: srv.Members}, db)
+	if err != nil {
+		srv.Stop() // it closes the store
+		return nil, err
+	}
 	observeBackend(backend, srv)
+	if err := srv.Metrics().Registry().Register(router.Collector()); err != nil {
+		router.Close()
+		srv.Stop()
+		return nil, err
+	}
 	stop := func() {
 		router.Close()
 		srv.Stop() // last: it closes the shared store
@@ -106,86 +140,4 @@ func startTenancy(cfg *config, sc server.Config, backend, db storage.DB, lg *zap
 		}
 	}
 	return stop, nil
-}
-
-// runTenantCommand is `fdb-etcd tenant create|list|describe|delete|set-quota
-// [NAME]`, run against the store the storage flags name.
-func runTenantCommand(args []string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return errors.New("usage: fdb-etcd tenant create|list|describe|delete|set-quota [NAME] [storage flags]")
-	}
-	verb := args[0]
-	c := newEtcdConfig()
-	fs := flag.NewFlagSet("fdb-etcd tenant "+verb, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	storageFlags(fs, c)
-	quota := fs.Int64("quota-backend-bytes", 0, "the tenant's byte quota (0: the server's --quota-backend-bytes; negative: none)")
-	name, err := parseTenantArgs(fs, verb, args[1:])
-	if err != nil {
-		return err
-	}
-	db, err := openBackend(c)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = db.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	return tenantVerb(ctx, tenant.NewRegistry(db), verb, name, *quota, stdout)
-}
-
-// parseTenantArgs takes NAME (before or after the flags) for every verb
-// but list.
-func parseTenantArgs(fs *flag.FlagSet, verb string, args []string) (string, error) {
-	var name string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		return "", err
-	}
-	if name == "" && fs.NArg() > 0 {
-		name = fs.Arg(0)
-	}
-	if (name == "") != (verb == "list") {
-		return "", fmt.Errorf("usage: fdb-etcd tenant %s%s", verb, map[bool]string{true: "", false: " NAME"}[verb == "list"])
-	}
-	return name, nil
-}
-
-func tenantVerb(ctx context.Context, reg *tenant.Registry, verb, name string, quota int64, out io.Writer) error {
-	var recs []tenant.Record
-	var err error
-	switch verb {
-	case "create":
-		var r tenant.Record
-		r, err = reg.Create(ctx, name, quota)
-		recs = []tenant.Record{r}
-	case "describe":
-		var r tenant.Record
-		r, err = reg.Get(ctx, name)
-		recs = []tenant.Record{r}
-	case "set-quota":
-		var r tenant.Record
-		r, err = reg.SetQuota(ctx, name, quota)
-		recs = []tenant.Record{r}
-	case "delete":
-		if err = reg.Delete(ctx, name); err == nil {
-			fmt.Fprintf(out, "deleted %s\n", name)
-		}
-		return err
-	case "list":
-		recs, err = reg.List(ctx)
-	default:
-		return fmt.Errorf("tenant: unknown command %q (want create, list, describe, delete or set-quota)", verb)
-	}
-	if err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tID\tQUOTA-BACKEND-BYTES")
-	for _, r := range recs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\n", r.Name, r.ID, r.QuotaBackendBytes)
-	}
-	return tw.Flush()
 }

@@ -6,11 +6,13 @@
 // thus commits on its own goroutine, without two goroutine hand-offs per
 // request.
 //
-// The lessor's grants and renewals commit through it. The revision
-// sequencer's queue works the same way and adds what KV writes need (a
-// caller that gives up while queued leaves it; a batch that must wait for
-// another writer's staged write goes back to it); moving the sequencer onto
-// this package is the step that makes it the one group commit.
+// A caller that gives up while queued leaves the queue at once, and a
+// leader whose batch must wait (the revision sequencer's batch behind
+// another writer's staged write) puts it back at the front of the queue,
+// where its callers can still give up, while it waits.
+//
+// The revision sequencer's KV writes and the lessor's grants and renewals
+// commit through it.
 package groupcommit
 
 import (
@@ -54,7 +56,7 @@ type Queue[Req, Resp any] struct {
 	errStopped error
 
 	mu      sync.Mutex
-	waiting []*Waiter[Req, Resp] // queued, in arrival order; guarded by mu
+	waiting []*Waiter[Req, Resp] // queued, in arrival order, a requeued batch first; guarded by mu
 	leading bool                 // a caller is committing a batch; guarded by mu
 	stopped bool                 // guarded by mu
 	idle    *sync.Cond           // signalled when the lead is given up
@@ -68,7 +70,8 @@ func New[Req, Resp any](limits Limits, errStopped error) *Queue[Req, Resp] {
 }
 
 // Do queues req and waits for its answer. A caller that is given the lead
-// commits batches with commit, which must answer every waiter it is handed.
+// commits batches with commit, which must answer every waiter it is handed
+// or Requeue it.
 // A request whose ctx ends before a batch takes it is answered with ctx's
 // error and never committed; once taken, it is decided whatever ctx does,
 // which keeps "did it apply?" answerable for the caller.
@@ -91,6 +94,7 @@ func (q *Queue[Req, Resp]) Do(ctx context.Context, req Req, size int, commit fun
 	for {
 		if lead {
 			q.lead(commit)
+			lead = false // passed on: only a new lead token makes it lead again
 		}
 		select {
 		case r := <-w.out:
@@ -168,6 +172,33 @@ func (q *Queue[Req, Resp]) take() []*Waiter[Req, Resp] {
 	clear(q.waiting[:n])
 	q.waiting = q.waiting[n:]
 	return batch
+}
+
+// Requeue puts batch back at the front of the queue, in its order, for a
+// leader whose batch must wait for something else before it can commit:
+// while the leader waits, holding the lead, the requests of batch can leave
+// as queued ones do, and when it passes the lead on, the next batch takes
+// them first. Only commit calls it, for waiters it was handed.
+func (q *Queue[Req, Resp]) Requeue(batch []*Waiter[Req, Resp]) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.waiting = append(slices.Clip(batch), q.waiting...)
+}
+
+// FailQueued answers err to those requests of a requeued batch that are
+// still queued, and takes them out of the queue: the wait the batch was
+// requeued for failed, and they must not wait for the next batch.
+func (q *Queue[Req, Resp]) FailQueued(batch []*Waiter[Req, Resp], err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.waiting = slices.DeleteFunc(q.waiting, func(w *Waiter[Req, Resp]) bool {
+		if !slices.Contains(batch, w) {
+			return false
+		}
+		var zero Resp
+		w.Answer(zero, err)
+		return true
+	})
 }
 
 func (q *Queue[Req, Resp]) room(n, bytes int) bool {

@@ -22,6 +22,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/migrate/snapimport"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/mvcc/mvcctest"
 	"github.com/fdb-etcd/fdb-etcd/snapshot"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/faulty"
@@ -208,11 +209,11 @@ func compareStores(t *testing.T, src, dst *mvcc.Store) {
 			t.Fatalf("HashKV at %d: source %d/%d (%v), imported %d/%d (%v)", rev, ha, ca, aerr, hb, cb, berr)
 		}
 	}
-	ea, _, err := src.ReadEvents(ctx, compacted, int(head-compacted+1))
+	ea, _, err := mvcctest.ReadEvents(ctx, src, compacted, int(head-compacted+1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	eb, _, err := dst.ReadEvents(ctx, compacted, int(head-compacted+1))
+	eb, _, err := mvcctest.ReadEvents(ctx, dst, compacted, int(head-compacted+1))
 	if err != nil {
 		t.Fatal(err)
 	}

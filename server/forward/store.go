@@ -41,6 +41,25 @@ const forwardedKey = "fdb-etcd-forwarded"
 // failure known not to have committed), not a broken connection.
 const answeredKey = "fdb-etcd-answered"
 
+// tenantKey carries the tenant a forwarded request belongs to, for a
+// receiver that serves many keyspaces on one port (package tenant). Only
+// the receiver decides whether to believe it: it must come from a peer.
+const tenantKey = "fdb-etcd-tenant"
+
+// Tenant returns the tenant a forwarded request names, and whether it names
+// one.
+func Tenant(ctx context.Context) (string, bool) {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return "", false
+	}
+	v := md.Get(tenantKey)
+	if len(v) != 1 || v[0] == "" {
+		return "", false
+	}
+	return v[0], true
+}
+
 // Owner is the view of ownership forwarding needs.
 type Owner interface {
 	View() owner.View
@@ -59,9 +78,10 @@ func (nopObserver) ForwardedWrite(string) {}
 
 // Forwarder routes writes to the owner.
 type Forwarder struct {
-	owner Owner
-	peers *Peers
-	obs   Observer
+	owner  Owner
+	peers  *Peers
+	obs    Observer
+	tenant string // sent with every forwarded request when not empty
 	// answered is the newest revision of a write the owner answered for
 	// this replica, below which this replica's serializable reads may not go.
 	answered atomic.Int64
@@ -73,6 +93,14 @@ func New(own Owner, peers *Peers, obs Observer) *Forwarder {
 		obs = nopObserver{}
 	}
 	return &Forwarder{owner: own, peers: peers, obs: obs}
+}
+
+// ForTenant makes f send tenant with every request it forwards, so that
+// the owner, which serves many tenants on one port, runs it in that
+// tenant's keyspace.
+func (f *Forwarder) ForTenant(tenant string) *Forwarder {
+	f.tenant = tenant
+	return f
 }
 
 // target returns the owner's connection, or false to run the request here:
@@ -97,8 +125,12 @@ func (f *Forwarder) target(ctx context.Context) (peer, bool) {
 	return p, ok
 }
 
-func outgoing(ctx context.Context) context.Context {
-	return metadata.NewOutgoingContext(ctx, metadata.Pairs(forwardedKey, "1"))
+func (f *Forwarder) outgoing(ctx context.Context) context.Context {
+	md := metadata.Pairs(forwardedKey, "1")
+	if f.tenant != "" {
+		md.Set(tenantKey, f.tenant)
+	}
+	return metadata.NewOutgoingContext(ctx, md)
 }
 
 // result classifies the owner's answer. An error the owner answered (its
@@ -138,7 +170,7 @@ func forward[Req any, Resp response](f *Forwarder, ctx context.Context, r Req,
 		return local(ctx, r)
 	}
 	var trailer metadata.MD
-	resp, err := remote(p)(outgoing(ctx), r, grpc.Trailer(&trailer))
+	resp, err := remote(p)(f.outgoing(ctx), r, grpc.Trailer(&trailer))
 	if err == nil {
 		f.sawRevision(resp.GetHeader().GetRevision())
 	}
@@ -150,27 +182,16 @@ func (f *Forwarder) sawRevision(rev int64) {
 	}
 }
 
-// Evaluator evaluates the KV service's requests: kv.Evaluator, declared
-// again because server/kv imports errmap, which imports this package.
-type Evaluator interface {
-	Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
-	RangeChunk(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
-	Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error)
-	DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
-	Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error)
-	Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error)
-}
-
-// KV is an Evaluator whose writes go to the owner; reads stay here.
+// KV is an evaluator whose writes go to the owner; reads stay here.
 type KV struct {
-	Evaluator
+	mvcc.Evaluator
 	f *Forwarder
 }
 
-var _ Evaluator = (*KV)(nil)
+var _ mvcc.Evaluator = (*KV)(nil)
 
 // KV wraps the local store.
-func (f *Forwarder) KV(local Evaluator) *KV { return &KV{Evaluator: local, f: f} }
+func (f *Forwarder) KV(local mvcc.Evaluator) *KV { return &KV{Evaluator: local, f: f} }
 
 // Range reads here. A serializable Range may read a recent snapshot rather
 // than the latest (mvcc), one that need not have the writes the owner

@@ -20,17 +20,9 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/server/header"
 )
 
-// Evaluator evaluates the KV service's requests against the data model:
-// the local mvcc store, or the write forwarder in front of it.
-type Evaluator interface {
-	Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
-	// RangeChunk is Range without the total count, for streamed chunks.
-	RangeChunk(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
-	Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error)
-	DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
-	Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error)
-	Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error)
-}
+// Evaluator is what the KV service evaluates its requests with: the local
+// mvcc store, or the write forwarder in front of it.
+type Evaluator = mvcc.Evaluator
 
 // Config holds etcd's request limits.
 type Config struct {
@@ -85,6 +77,23 @@ func (s *Server) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespon
 // the revision pinned by the first, growing or shrinking toward the request
 // size limit; only the last chunk carries the header, more and the count.
 func (s *Server) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingServer[pb.RangeStreamResponse]) error {
+	if err := validateRangeStream(r); err != nil {
+		return err
+	}
+	if r.CountOnly {
+		resp, err := s.store.Range(stream.Context(), r)
+		if err != nil {
+			return errmap.ToGRPC(err)
+		}
+		out := &pb.RangeResponse{Header: s.hdr.New(resp.Header.Revision), Count: resp.Count}
+		return stream.Send(&pb.RangeStreamResponse{RangeResponse: out})
+	}
+	return s.streamChunks(r, stream)
+}
+
+// validateRangeStream refuses what a stream of chunks read in key order
+// cannot answer: other sort orders and revision filters.
+func validateRangeStream(r *pb.RangeRequest) error {
 	if err := ValidateRange(r); err != nil {
 		return err
 	}
@@ -94,15 +103,14 @@ func (s *Server) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingServ
 	if r.MinModRevision != 0 || r.MaxModRevision != 0 || r.MinCreateRevision != 0 || r.MaxCreateRevision != 0 {
 		return status.Error(codes.Unimplemented, "RangeStream does not support revision filters")
 	}
+	return nil
+}
+
+// streamChunks sends r's keys in chunks read at the revision of the first,
+// sized towards MaxRequestBytes; the last chunk carries the header, More
+// and the count of the whole range.
+func (s *Server) streamChunks(r *pb.RangeRequest, stream grpc.ServerStreamingServer[pb.RangeStreamResponse]) error {
 	ctx := stream.Context()
-	if r.CountOnly {
-		resp, err := s.store.Range(ctx, r)
-		if err != nil {
-			return errmap.ToGRPC(err)
-		}
-		out := &pb.RangeResponse{Header: s.hdr.New(resp.Header.Revision), Count: resp.Count}
-		return stream.Send(&pb.RangeStreamResponse{RangeResponse: out})
-	}
 	req := proto.Clone(r).(*pb.RangeRequest)
 	total := r.Limit
 	if total <= 0 {

@@ -72,8 +72,13 @@ type WatchStats struct {
 	// Watchers by state: synced (at the tail), unsynced (catching up from
 	// history) and lagging (their stream's queue was full; etcd's victims).
 	Synced, Unsynced, Lagging int
-	// Streams is the number of open Watch streams.
-	Streams int
+	// Streams is the number of open Watch streams; QueuedBytes the event
+	// bytes queued on them, waiting for their clients to read them.
+	Streams, QueuedBytes int
+	// Progress requests answered from memory, after a read of the head,
+	// and second notifications at a newer head that followed an answer
+	// from memory.
+	ProgressFromMemory, ProgressAfterRead, ProgressFollowUps int64
 }
 
 // Metrics is one server's instrumentation.
@@ -191,8 +196,8 @@ func New(opt Options) *Metrics {
 	return m
 }
 
-// Registry returns the server's registry, for tests and for packages that
-// register collectors of their own.
+// Registry returns the server's registry, for packages that register
+// collectors of their own.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Handler serves the registry in Prometheus' text format.

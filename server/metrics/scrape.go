@@ -39,6 +39,11 @@ var (
 		"The newest committed revision the watch hub knows of.", nil, nil)
 	descHubDispatched = prometheus.NewDesc("fdb_etcd_watch_hub_dispatched_revision",
 		"The newest revision the watch hub has dispatched to every synced watcher.", nil, nil)
+	descWatchQueued = prometheus.NewDesc("fdb_etcd_watch_queued_bytes",
+		"Approximate event bytes queued on the Watch streams, waiting for their clients to read them.", nil, nil)
+	descProgressAnswers = prometheus.NewDesc("fdb_etcd_watch_progress_answers_total",
+		"Watch progress requests answered: from memory at once (memory), after a read of the store's head (read), and second notifications at a newer head after an answer from memory (followup).",
+		[]string{"how"}, nil)
 	descScrapeErrors = prometheus.NewDesc("fdb_etcd_scrape_store_error",
 		"1 when this scrape could not read the store's state.", nil, nil)
 )
@@ -48,13 +53,17 @@ type scrapeCollector struct{ m *Metrics }
 func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHasLeader, descCurrentRev, descCompactRev, descRev, descCompacted,
 		descDBSize, descDBSizeInUse, descDBSizeDebug, descWatchers, descSlowWatchers, descStreams,
-		descWatchersByState, descHubLag, descHubCommitted, descHubDispatched, descScrapeErrors} {
+		descWatchersByState, descHubLag, descHubCommitted, descHubDispatched, descWatchQueued, descProgressAnswers, descScrapeErrors} {
 		ch <- d
 	}
 }
 
 func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
 	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 }
 
 func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -100,5 +109,9 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(ch, descHubCommitted, float64(w.CommittedRev))
 		gauge(ch, descHubDispatched, float64(w.DispatchedRev))
 		gauge(ch, descHubLag, float64(max(w.CommittedRev-w.DispatchedRev, 0)))
+		gauge(ch, descWatchQueued, float64(w.QueuedBytes))
+		counter(ch, descProgressAnswers, float64(w.ProgressFromMemory), "memory")
+		counter(ch, descProgressAnswers, float64(w.ProgressAfterRead), "read")
+		counter(ch, descProgressAnswers, float64(w.ProgressFollowUps), "followup")
 	}
 }

@@ -139,6 +139,29 @@ func TestQuotaDefaultsAsEtcd(t *testing.T) {
 	}
 }
 
+// TestLimitChangesARunningQuota: a Limit set while the quota runs is the
+// quota of the next check and of Bytes (Status.dbSizeQuota); 0 is etcd's
+// default and a negative value disables the check.
+func TestLimitChangesARunningQuota(t *testing.T) {
+	sz := &countingSizer{}
+	sz.size.Store(1000)
+	lim := NewLimit(-1)
+	q := New(Config{Limit: lim, Refresh: time.Nanosecond}, sz)
+	defer q.Close()
+	if q.Enabled() || !q.Available(1<<40) {
+		t.Fatal("a disabled limit checks")
+	}
+	lim.Set(2000)
+	q.Refresh()
+	if q.Bytes() != 2000 || q.Available(1000) || !q.Available(999) {
+		t.Fatalf("after Set(2000): bytes %d, 1000 more fits %v", q.Bytes(), q.Available(1000))
+	}
+	lim.Set(0)
+	if q.Bytes() != DefaultBytes || !q.Available(1000) {
+		t.Fatalf("after Set(0): bytes %d", q.Bytes())
+	}
+}
+
 // TestCostsAsEtcd pins etcd's cost formulas (server/storage/quota.go).
 func TestCostsAsEtcd(t *testing.T) {
 	put := &pb.PutRequest{Key: []byte("abc"), Value: make([]byte, 1000)}

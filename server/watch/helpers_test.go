@@ -3,6 +3,8 @@ package watch_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +24,57 @@ const waitLong = 20 * time.Second
 func start(t *testing.T, cfg server.Config) *testserver.Server {
 	t.Helper()
 	return testserver.Start(t, testserver.Options{DB: testdb.Open(t), Config: cfg})
+}
+
+// awaitReady waits until s answers /readyz, which waits for the watch hub
+// to dispatch every revision committed when it was asked.
+func awaitReady(t *testing.T, s *testserver.Server) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(testCtx(t), http.MethodGet, s.Addr+"/readyz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if body, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz: %s %s", resp.Status, body)
+	}
+}
+
+// metric is the value of the metric name with the given label pairs, as a
+// scrape of s sees it now.
+func metric(t *testing.T, s *testserver.Server, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := s.Metrics().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue next
+				}
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s%v", name, labels)
+	return 0
 }
 
 func testCtx(t *testing.T) context.Context {

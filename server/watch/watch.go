@@ -41,8 +41,13 @@ type Config struct {
 	// nil is math/rand.
 	Jitter func(n int64) int64
 	// Hub tunes the watch hub.
-	Hub    watchhub.Config
-	Logger *zap.Logger
+	Hub watchhub.Config
+	// OnDemand runs the hub only while a watch stream is open: it starts
+	// with the first stream and stops when the last one closes, for a
+	// process serving many keyspaces, most of them watched by nobody at a
+	// given time. Otherwise the hub runs from New to Stop.
+	OnDemand bool
+	Logger   *zap.Logger
 	// Observer, when set, counts what the service sends.
 	Observer Observer
 }
@@ -61,13 +66,18 @@ func (nopObserver) WatchEventsSent(int)    {}
 // Server implements pb.WatchServer.
 type Server struct {
 	pb.UnsafeWatchServer
-	hub *watchhub.Hub
+	src watchhub.Source
 	hdr header.Filler
 	cfg Config
 	lg  *zap.Logger
 
 	stopc    chan struct{}
 	stopOnce sync.Once
+
+	mu      sync.Mutex
+	hub     *watchhub.Hub // guarded by mu: nil while stopped, or while no stream is open OnDemand
+	streams int           // guarded by mu: open streams
+	stopped bool          // guarded by mu
 }
 
 var _ pb.WatchServer = (*Server)(nil)
@@ -97,27 +107,79 @@ func New(ctx context.Context, src watchhub.Source, hdr header.Filler, cfg Config
 	if cfg.Hub.Logger == nil {
 		cfg.Hub.Logger = cfg.Logger
 	}
-	hub, err := watchhub.New(ctx, src, cfg.Hub)
-	if err != nil {
-		return nil, err
+	s := &Server{src: src, hdr: hdr, cfg: cfg, lg: cfg.Logger, stopc: make(chan struct{})}
+	if !cfg.OnDemand {
+		hub, err := watchhub.New(ctx, src, cfg.Hub)
+		if err != nil {
+			return nil, err
+		}
+		s.hub = hub
 	}
-	return &Server{hub: hub, hdr: hdr, cfg: cfg, lg: cfg.Logger, stopc: make(chan struct{})}, nil
+	return s, nil
 }
 
-// Hub exposes the watch hub, for tests.
-func (s *Server) Hub() *watchhub.Hub { return s.hub }
+// running returns the hub running now; nil while none runs.
+func (s *Server) running() *watchhub.Hub {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hub
+}
 
 // Ready is the readiness check: the hub has dispatched every revision the
-// store had committed when it was called.
-func (s *Server) Ready(ctx context.Context) error { return s.hub.WaitCaughtUp(ctx) }
+// store had committed when it was called. With no hub running there is
+// nothing to dispatch.
+func (s *Server) Ready(ctx context.Context) error {
+	if h := s.running(); h != nil {
+		return h.WaitCaughtUp(ctx)
+	}
+	return nil
+}
+
+// openStream returns the hub a new stream uses, starting it if needed.
+func (s *Server) openStream(ctx context.Context) (*watchhub.Hub, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return nil, rpctypes.ErrGRPCStopped
+	}
+	if s.hub == nil {
+		hub, err := watchhub.New(ctx, s.src, s.cfg.Hub)
+		if err != nil {
+			return nil, errmap.ToGRPC(err)
+		}
+		s.hub = hub
+	}
+	s.streams++
+	return s.hub, nil
+}
+
+// closeStream counts a stream of hub closed; OnDemand, the last one stops
+// the hub.
+func (s *Server) closeStream(hub *watchhub.Hub) {
+	s.mu.Lock()
+	s.streams--
+	idle := s.cfg.OnDemand && s.streams == 0 && s.hub == hub
+	if idle {
+		s.hub = nil
+	}
+	s.mu.Unlock()
+	if idle {
+		hub.Stop()
+	}
+}
 
 // Stats reports the hub's state for the metrics scrape.
 func (s *Server) Stats() metrics.WatchStats {
-	st := s.hub.Stats()
+	h := s.running()
+	if h == nil {
+		return metrics.WatchStats{}
+	}
+	st := h.Stats()
 	return metrics.WatchStats{
 		CommittedRev: st.Head, DispatchedRev: st.Rev,
 		Synced: st.Synced, Unsynced: st.Unsynced, Lagging: st.Lagging,
-		Streams: st.Streams,
+		Streams: st.Streams, QueuedBytes: st.QueuedBytes,
+		ProgressFromMemory: st.ProgressFromMemory, ProgressAfterRead: st.ProgressAfterRead, ProgressFollowUps: st.ProgressFollowUps,
 	}
 }
 
@@ -128,7 +190,14 @@ func (s *Server) Stats() metrics.WatchStats {
 func (s *Server) Stop() {
 	s.stopOnce.Do(func() {
 		close(s.stopc)
-		s.hub.Stop()
+		s.mu.Lock()
+		s.stopped = true
+		h := s.hub
+		s.hub = nil
+		s.mu.Unlock()
+		if h != nil {
+			h.Stop()
+		}
 	})
 }
 
@@ -140,7 +209,12 @@ func (s *Server) Watch(gs pb.Watch_WatchServer) error {
 	default:
 	}
 	ctx := gs.Context()
-	ss := &stream{srv: s, gs: gs, st: s.hub.NewStream()}
+	hub, err := s.openStream(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.closeStream(hub)
+	ss := &stream{srv: s, gs: gs, st: hub.NewStream()}
 	// The receive loop gets a goroutine; the send loop runs on the
 	// handler's own, which saves a goroutine (and its stack) per stream
 	// against etcd's three. The receive loop ends when the handler returns,
@@ -151,7 +225,7 @@ func (s *Server) Watch(gs pb.Watch_WatchServer) error {
 			recvErr <- err
 		}
 	}()
-	err := ss.sendLoop(ctx, recvErr)
+	err = ss.sendLoop(ctx, recvErr)
 	if errors.Is(err, context.Canceled) {
 		err = rpctypes.ErrGRPCWatchCanceled
 	}
@@ -279,29 +353,8 @@ func (ss *stream) sendLoop(ctx context.Context, recvErr <-chan error) error {
 			}
 			continue
 		}
-		for i := range buf {
-			r := &buf[i]
-			switch r.Kind {
-			case watchhub.KindCreated:
-				if r.ProgressNotify {
-					periodic.Add(r.WatchID)
-				}
-			case watchhub.KindCanceled:
-				periodic.Remove(r.WatchID)
-			case watchhub.KindEvents:
-				periodic.Sent(r.WatchID)
-			}
-			if err := ss.send(r); err != nil {
-				ss.srv.lg.Debug("failed to send watch response", zap.Error(err))
-				return err
-			}
-			switch r.Kind {
-			case watchhub.KindEvents:
-				cfg.Observer.WatchEventsSent(len(r.Events))
-			case watchhub.KindProgress:
-				cfg.Observer.ProgressNotifySent(1)
-			}
-			buf[i] = watchhub.Response{}
+		if err := ss.sendBatch(buf, &periodic); err != nil {
+			return err
 		}
 		select {
 		case <-ticker.C():
@@ -314,6 +367,38 @@ func (ss *stream) sendLoop(ctx context.Context, recvErr <-chan error) error {
 			return err
 		}
 	}
+}
+
+// sendBatch sends buf in order, keeping the periodic progress
+// notifications in step with what the client has been told, and clears
+// each response it sent.
+func (ss *stream) sendBatch(buf []watchhub.Response, periodic *progress.Periodic) error {
+	obs := ss.srv.cfg.Observer
+	for i := range buf {
+		r := &buf[i]
+		switch r.Kind {
+		case watchhub.KindCreated:
+			if r.ProgressNotify {
+				periodic.Add(r.WatchID)
+			}
+		case watchhub.KindCanceled:
+			periodic.Remove(r.WatchID)
+		case watchhub.KindEvents:
+			periodic.Sent(r.WatchID)
+		}
+		if err := ss.send(r); err != nil {
+			ss.srv.lg.Debug("failed to send watch response", zap.Error(err))
+			return err
+		}
+		switch r.Kind {
+		case watchhub.KindEvents:
+			obs.WatchEventsSent(len(r.Events))
+		case watchhub.KindProgress:
+			obs.ProgressNotifySent(1)
+		}
+		buf[i] = watchhub.Response{}
+	}
+	return nil
 }
 
 // interrupted says, without waiting, whether the stream must end and with

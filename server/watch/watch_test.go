@@ -284,9 +284,7 @@ func TestFragment(t *testing.T) {
 	}
 	limit := maxReq + 512<<10
 
-	if err := s.Watch().Hub().WaitCaughtUp(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
+	awaitReady(t, s) // the hub has dispatched the writes: the replay reads them from history
 	r := openRaw(t, c.ActiveConnection(), true)
 	r.create(&pb.WatchCreateRequest{Key: []byte("f/"), RangeEnd: []byte("f0"), StartRevision: base + 1, Fragment: true})
 	id := r.created()

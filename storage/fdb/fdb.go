@@ -743,6 +743,35 @@ func (t *tx) GetMany(keys [][]byte) ([][]byte, error) {
 	return out, nil
 }
 
+// ReadBatch issues every read before waiting for any, so that they take
+// one round trip: the points as GetMany does, each range on a goroutine of
+// its own, since the binding starts a range read only when it is waited for
+// (a transaction is safe for concurrent use). It returns once all are done.
+func (t *tx) ReadBatch(keys [][]byte, ranges []storage.RangeRead) ([][]byte, [][]storage.KeyValue, error) {
+	if t.err != nil {
+		return nil, nil, t.err
+	}
+	out := make([][]storage.KeyValue, len(ranges))
+	errs := make([]error, len(ranges))
+	var wg sync.WaitGroup
+	for i, r := range ranges {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i], errs[i] = t.GetRange(r.Begin, r.End, r.Opt)
+		}()
+	}
+	vals, err := t.GetMany(keys)
+	wg.Wait()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	return vals, out, nil
+}
+
 // GetRange reads a bounded page in one go (want-all) and an unbounded range
 // with the iterator streaming mode, whose batches grow as the scan goes on.
 func (t *tx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storage.KeyValue, error) {

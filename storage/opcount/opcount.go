@@ -209,6 +209,27 @@ func (t *tx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storage.Ke
 	return kvs, err
 }
 
+// ReadBatch counts one round trip for the points and ranges together, as
+// FoundationDB's client issues them (storage.Batcher), whatever the inner
+// transaction does.
+func (t *tx) ReadBatch(keys [][]byte, ranges []storage.RangeRead) ([][]byte, [][]storage.KeyValue, error) {
+	rounds := t.c.ReadRounds
+	vals, err := t.GetMany(keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([][]storage.KeyValue, len(ranges))
+	for i, r := range ranges {
+		if out[i], err = t.GetRange(r.Begin, r.End, r.Opt); err != nil {
+			return nil, nil, err
+		}
+	}
+	if t.c.ReadRounds > rounds {
+		t.c.ReadRounds = rounds + 1
+	}
+	return vals, out, nil
+}
+
 // scanTx is a tx over an inner transaction that has storage.Scanner, so
 // that readers keep their fast path; over one without it they fall back to
 // GetRange themselves, as they would without the wrapper.

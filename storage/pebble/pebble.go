@@ -27,7 +27,8 @@ type Options struct {
 	FS vfs.FS
 	// CacheBytes is the block cache size; 0 means 256 MiB.
 	CacheBytes int64
-	// NoSync skips the WAL fsync. Only for tests that measure something else.
+	// NoSync skips the WAL fsync (--unsafe-no-fsync): a crash of the
+	// machine can lose acknowledged writes.
 	NoSync bool
 }
 
@@ -37,8 +38,12 @@ type DB struct {
 
 	writeMu sync.Mutex // serialises Update
 
+	// A commit wakes only the WaitChange calls on the keys it wrote: many
+	// keyspaces share one store (package tenant), and waking every waiter
+	// on every commit made each tenant's writes cost a read per waiter of
+	// every other tenant.
 	notifyMu sync.Mutex
-	notify   chan struct{} // closed and replaced on every commit
+	waiting  map[string]*keyWait // guarded by notifyMu: the keys WaitChange waits on
 
 	// Every use of db is bracketed by enter/leave so that Close waits for
 	// in-flight calls instead of closing Pebble under them (Pebble panics on
@@ -50,6 +55,13 @@ type DB struct {
 	closeOnce sync.Once
 	closed    chan struct{} // closed by Close; wakes WaitChange
 	sync      *pebble.WriteOptions
+}
+
+// keyWait is the waiters of one key: ch is closed (and the entry removed)
+// by the first commit that writes the key.
+type keyWait struct {
+	ch chan struct{}
+	n  int // guarded by DB.notifyMu: WaitChange calls holding ch
 }
 
 var (
@@ -88,7 +100,7 @@ func Open(dir string, o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open pebble store in %s: %w", dir, err)
 	}
-	s := &DB{db: db, notify: make(chan struct{}), closed: make(chan struct{}), sync: pebble.Sync}
+	s := &DB{db: db, waiting: map[string]*keyWait{}, closed: make(chan struct{}), sync: pebble.Sync}
 	if o.NoSync {
 		s.sync = pebble.NoSync
 	}
@@ -114,7 +126,8 @@ func (s *DB) updateOnce(ctx context.Context, fn func(storage.Tx) error) error {
 	defer s.writeMu.Unlock()
 	b := s.db.NewIndexedBatch()
 	defer b.Close()
-	if err := fn(&tx{r: b, b: b}); err != nil {
+	t := &tx{r: b, b: b}
+	if err := fn(t); err != nil {
 		return err
 	}
 	if b.Empty() {
@@ -123,15 +136,31 @@ func (s *DB) updateOnce(ctx context.Context, fn func(storage.Tx) error) error {
 	if err := b.Commit(s.sync); err != nil {
 		return fmt.Errorf("pebble commit: %w", err)
 	}
-	s.wake()
+	s.wake(t)
 	return nil
 }
 
-func (s *DB) wake() {
+// wake wakes the waiters of the keys t wrote.
+func (s *DB) wake(t *tx) {
 	s.notifyMu.Lock()
-	close(s.notify)
-	s.notify = make(chan struct{})
-	s.notifyMu.Unlock()
+	defer s.notifyMu.Unlock()
+	if len(s.waiting) == 0 {
+		return
+	}
+	for _, k := range t.written {
+		if w, ok := s.waiting[k]; ok {
+			close(w.ch)
+			delete(s.waiting, k)
+		}
+	}
+	for _, r := range t.cleared {
+		for k, w := range s.waiting {
+			if k >= r[0] && k < r[1] {
+				close(w.ch)
+				delete(s.waiting, k)
+			}
+		}
+	}
 }
 
 // View runs fn on a snapshot.
@@ -157,35 +186,66 @@ func (s *DB) viewOnce(ctx context.Context, fn func(storage.ReadTx) error) error 
 // WaitChange waits for a commit that leaves key with a value other than seen.
 func (s *DB) WaitChange(ctx context.Context, key, seen []byte) error {
 	for {
-		ch, v, err := s.current(ctx, key)
-		if err != nil {
+		changed, err := s.waitOnce(ctx, key, seen)
+		if changed || err != nil {
 			return err
-		}
-		if (v == nil) != (seen == nil) || !bytes.Equal(v, seen) {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.closed:
-			return storage.ErrClosed
 		}
 	}
 }
 
-// current returns the commit notification channel and then the value at key,
-// in that order, so that a commit after the read closes the channel.
-func (s *DB) current(ctx context.Context, key []byte) (<-chan struct{}, []byte, error) {
+// waitOnce reports whether key holds other than seen, and otherwise waits
+// for the next commit that writes key.
+func (s *DB) waitOnce(ctx context.Context, key, seen []byte) (bool, error) {
+	k := string(key)
+	w, v, err := s.current(ctx, k)
+	if err != nil {
+		return false, err
+	}
+	defer s.unwait(k, w)
+	if (v == nil) != (seen == nil) || !bytes.Equal(v, seen) {
+		return true, nil
+	}
+	select {
+	case <-w.ch:
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-s.closed:
+		return false, storage.ErrClosed
+	}
+}
+
+// current registers a waiter on key and then reads its value, in that
+// order, so that a commit after the read wakes the waiter.
+func (s *DB) current(ctx context.Context, key string) (*keyWait, []byte, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, nil, err
 	}
 	defer s.leave()
 	s.notifyMu.Lock()
-	ch := s.notify
+	w := s.waiting[key]
+	if w == nil {
+		w = &keyWait{ch: make(chan struct{})}
+		s.waiting[key] = w
+	}
+	w.n++
 	s.notifyMu.Unlock()
-	v, err := get(s.db, key)
-	return ch, v, err
+	v, err := get(s.db, []byte(key))
+	if err != nil {
+		s.unwait(key, w)
+		return nil, nil, err
+	}
+	return w, v, nil
+}
+
+// unwait drops one waiter of key; the last one removes the entry, unless a
+// commit already did.
+func (s *DB) unwait(key string, w *keyWait) {
+	s.notifyMu.Lock()
+	defer s.notifyMu.Unlock()
+	if w.n--; w.n == 0 && s.waiting[key] == w {
+		delete(s.waiting, key)
+	}
 }
 
 // Size reports the bytes of live data: the live WAL's records and the live
@@ -277,6 +337,9 @@ type reader interface {
 type tx struct {
 	r reader
 	b *pebble.Batch // nil for views
+
+	written []string    // keys Set or Cleared, for wake
+	cleared [][2]string // ranges ClearRanged, for wake
 }
 
 func get(r reader, key []byte) ([]byte, error) {
@@ -409,10 +472,12 @@ func (t *tx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storage.Ke
 
 func (t *tx) Set(key, value []byte) {
 	_ = t.b.Set(key, value, nil)
+	t.written = append(t.written, string(key))
 }
 
 func (t *tx) Clear(key []byte) {
 	_ = t.b.Delete(key, nil)
+	t.written = append(t.written, string(key))
 }
 
 func (t *tx) ClearRange(begin, end []byte) {
@@ -420,6 +485,7 @@ func (t *tx) ClearRange(begin, end []byte) {
 		return
 	}
 	_ = t.b.DeleteRange(begin, end, nil)
+	t.cleared = append(t.cleared, [2]string{string(begin), string(end)})
 }
 
 // quietLogger drops Pebble's informational chatter; errors still surface as

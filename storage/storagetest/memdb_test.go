@@ -39,6 +39,7 @@ type mutant struct {
 	signedOrder     bool // keys compare as signed bytes
 	emptyIsAbsent   bool // Get returns nil for an empty value
 	getManySorted   bool // GetMany answers in key order, not request order
+	batchLastRange  bool // ReadBatch answers every range with the last one's pairs
 	getManyNoRYW    bool // GetMany reads committed state inside Update
 	aliasValues     bool // Set keeps, and Get returns, the caller's slices
 	truncValues     bool // values are cut to 64 KiB
@@ -309,6 +310,25 @@ func (t *memTx) GetMany(keys [][]byte) ([][]byte, error) {
 		out[i] = t.out(v, ok)
 	}
 	return out, nil
+}
+
+// ReadBatch makes the reference a storage.Batcher, so that the suite
+// checks a backend's own batch as well as the fallback.
+func (t *memTx) ReadBatch(keys [][]byte, ranges []storage.RangeRead) ([][]byte, [][]storage.KeyValue, error) {
+	vals, err := t.GetMany(keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([][]storage.KeyValue, len(ranges))
+	for i, r := range ranges {
+		if t.d.m.batchLastRange {
+			r = ranges[len(ranges)-1]
+		}
+		if out[i], err = t.GetRange(r.Begin, r.End, r.Opt); err != nil {
+			return nil, nil, err
+		}
+	}
+	return vals, out, nil
 }
 
 func (t *memTx) inRange(k, begin, end []byte) bool {

@@ -57,6 +57,7 @@ var tests = []test{
 	{"SlicesOwnedByCaller", testSlicesOwned},
 	{"GetMany", testGetMany},
 	{"GetManySorted", testGetManySorted},
+	{"ReadBatch", testReadBatch},
 	{"GetRange", testGetRange},
 	{"GetRangePaging", testGetRangePaging},
 	{"Scanner", testScanner},
@@ -451,6 +452,58 @@ func testGetMany(t *testing.T, db storage.DB) {
 		if len(vs) != 4 || vs[0] != nil || vs[1] != nil || string(vs[2]) != "3" || string(vs[3]) != "new" {
 			t.Errorf("GetMany inside Update = %q, want [nil nil 3 new]", vs)
 		}
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) {
+		t.Fatalf("Update returned %v, want the function's error", err)
+	}
+}
+
+// testReadBatch: points and ranges read together give what GetMany and
+// each GetRange give, in order, through the backend's Batcher or the
+// fallback, in a View and inside an Update that wrote.
+func testReadBatch(t *testing.T, db storage.DB) {
+	put(t, db, "a", "1", "b", "2", "c", "3", "d", "4")
+	ranges := []storage.RangeRead{
+		{Begin: b("a"), End: b("d"), Opt: storage.RangeOptions{Limit: 1, Reverse: true}},
+		{Begin: b("b"), End: b("z")},
+		{Begin: b("x"), End: b("z"), Opt: storage.RangeOptions{Limit: 2}},
+	}
+	check := func(where string, tx storage.ReadTx, want []string, wantRanges [][]string) {
+		vs, kvs, err := storage.ReadBatch(tx, [][]byte{b("d"), b("q"), b("a")}, ranges)
+		if err != nil {
+			t.Fatalf("%s: ReadBatch: %v", where, err)
+		}
+		var got []string
+		for _, v := range vs {
+			got = append(got, fmtValue(v))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: ReadBatch values %v, want %v", where, got, want)
+		}
+		var gotRanges [][]string
+		for _, r := range kvs {
+			var pairs []string
+			for _, kv := range r {
+				pairs = append(pairs, string(kv.Key)+"="+string(kv.Value))
+			}
+			gotRanges = append(gotRanges, pairs)
+		}
+		if fmt.Sprint(gotRanges) != fmt.Sprint(wantRanges) {
+			t.Errorf("%s: ReadBatch ranges %v, want %v", where, gotRanges, wantRanges)
+		}
+	}
+	view(t, db, func(tx storage.ReadTx) error {
+		check("View", tx, []string{fmtValue(b("4")), fmtValue(nil), fmtValue(b("1"))},
+			[][]string{{"c=3"}, {"b=2", "c=3", "d=4"}, nil})
+		return nil
+	})
+	err := db.Update(testCtx(t), func(tx storage.Tx) error {
+		tx.Clear(b("c"))
+		tx.Set(b("q"), b("new"))
+		tx.Set(b("y"), b("5"))
+		check("Update", tx, []string{fmtValue(b("4")), fmtValue(b("new")), fmtValue(b("1"))},
+			[][]string{{"b=2"}, {"b=2", "d=4", "q=new", "y=5"}, {"y=5"}})
 		return errRollback
 	})
 	if !errors.Is(err, errRollback) {

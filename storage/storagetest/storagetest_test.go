@@ -35,6 +35,7 @@ var mutants = []struct {
 	{m: mutant{name: "emptyIsAbsent", emptyIsAbsent: true}, kills: []string{"EmptyValue", "ReadYourWrites", "GetManySorted"}},
 	{m: mutant{name: "getManySorted", getManySorted: true}, kills: []string{"GetMany", "GetManySorted"}},
 	{m: mutant{name: "getManyNoRYW", getManyNoRYW: true}, kills: []string{"GetMany", "GetManySorted", "ReadYourWrites"}},
+	{m: mutant{name: "batchLastRange", batchLastRange: true}, kills: []string{"ReadBatch"}},
 	{m: mutant{name: "scanNoStop", scanNoStop: true}, kills: []string{"Scanner", "Scan"}},
 	{m: mutant{name: "scanNilEnd", scanNilEnd: true}, kills: []string{"Scanner"}},
 	{m: mutant{name: "aliasValues", aliasValues: true}, kills: []string{"SlicesOwnedByCaller"}},

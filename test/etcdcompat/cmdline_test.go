@@ -283,6 +283,7 @@ func fdbEnv() []string {
 // TestCommandLineMatchesEtcd runs each command line against etcd 3.6 and
 // fdb-etcd.
 func TestCommandLineMatchesEtcd(t *testing.T) {
+	skipInTenantMode(t)
 	cand := candidateBinary(t)
 	ref := etcdBinary(t)
 	for _, tc := range cmdlineCases() {
@@ -347,6 +348,7 @@ var etcdMainFlags = map[string]string{
 // AddFlags and etcd's main), each with its default value, to both
 // binaries in one command line: both parse it and print their version.
 func TestEveryEtcdFlagAccepted(t *testing.T) {
+	skipInTenantMode(t)
 	cand := candidateBinary(t)
 	ref := etcdBinary(t)
 	fs := flag.NewFlagSet("etcd", flag.ContinueOnError)

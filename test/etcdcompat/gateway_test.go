@@ -25,8 +25,6 @@ import (
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
-var httpClient = &http.Client{Timeout: 30 * time.Second}
-
 // gwAnswer is one gateway answer in canonical form.
 type gwAnswer struct {
 	status  int
@@ -47,7 +45,7 @@ func (s *server) gw(t *testing.T, method, path, body string) gwAnswer {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := httpClient.Do(req)
+	resp, err := s.http.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s %s: %v", s.name, method, path, err)
 	}
@@ -293,7 +291,11 @@ func TestGatewayWebsocketCompat(t *testing.T) {
 // websocketWatch opens /v3/watch as a websocket; each message is one line.
 func (s *server) websocketWatch(ctx context.Context, t *testing.T) *lineStream {
 	t.Helper()
-	conn, resp, err := websocket.DefaultDialer.DialContext(ctx, "ws://"+s.endpoint+"/v3/watch", nil)
+	dialer, scheme := *websocket.DefaultDialer, "ws"
+	if s.tls != nil {
+		dialer.TLSClientConfig, scheme = s.tls, "wss"
+	}
+	conn, resp, err := dialer.DialContext(ctx, scheme+"://"+s.endpoint+"/v3/watch", nil)
 	if err != nil {
 		t.Fatalf("%s websocket: %v %v", s.name, err, resp)
 	}
@@ -341,7 +343,8 @@ func (s *server) watchStream(ctx context.Context, t *testing.T, body string) *li
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// s.http's transport without its timeout: the stream lasts the test.
+	resp, err := (&http.Client{Transport: s.http.Transport}).Do(req)
 	if err != nil {
 		t.Fatalf("%s watch: %v", s.name, err)
 	}

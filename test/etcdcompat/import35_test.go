@@ -65,7 +65,7 @@ func startEtcd35(t *testing.T, dir string, cport, pport int) (*server, func(), e
 			<-exited
 		}
 	}
-	s, err := dialServer("etcd 3.5", fmt.Sprintf("127.0.0.1:%d", cport))
+	s, err := dialServer("etcd 3.5", fmt.Sprintf("127.0.0.1:%d", cport), nil)
 	if err != nil {
 		stop()
 		return nil, nil, err
@@ -90,5 +90,6 @@ func startEtcd35(t *testing.T, dir string, cport, pport int) (*server, func(), e
 // TestImportSnapshot35Compat is TestImportSnapshotCompat with a snapshot
 // of etcd 3.5.
 func TestImportSnapshot35Compat(t *testing.T) {
+	skipInTenantMode(t)
 	testImportSnapshot(t, startEtcd35)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	crand "crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -11,6 +12,7 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -27,6 +29,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -87,6 +90,9 @@ func TestMain(m *testing.M) {
 			fdbCluster = cf
 			fmt.Fprintf(os.Stderr, "etcdcompat: fdb-etcd runs on FoundationDB, cluster file %s\n", cf)
 		}
+		if code := setupTenantMode(tmp); code != 0 {
+			return code
+		}
 		if candidateKind == "fdb-etcd" {
 			fdbBinary, fdbBuildErr = buildFDBEtcd(tmp)
 			if fdbBuildErr != nil {
@@ -100,6 +106,31 @@ func TestMain(m *testing.M) {
 		return m.Run()
 	}()
 	os.Exit(code)
+}
+
+// setupTenantMode makes the certificates of tenant mode (envTenant=1) in
+// dir; it returns a non-zero exit code when the mode cannot run.
+func setupTenantMode(dir string) int {
+	switch os.Getenv(envTenant) {
+	case "", "0":
+		return 0
+	case "1":
+	default:
+		fmt.Fprintf(os.Stderr, "etcdcompat: unknown %s=%q (want 1 or 0)\n", envTenant, os.Getenv(envTenant))
+		return 2
+	}
+	if candidateKind != "fdb-etcd" {
+		fmt.Fprintf(os.Stderr, "etcdcompat: %s=1 needs the fdb-etcd candidate: etcd has no tenants\n", envTenant)
+		return 2
+	}
+	p, err := newPKI(dir, compatTenant, neighbourTenant)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "etcdcompat: tenant certificates:", err)
+		return 2
+	}
+	tenantPKI = p
+	fmt.Fprintf(os.Stderr, "etcdcompat: fdb-etcd serves tenants by client certificate; the tests are tenant %q, tenant %q writes beside them\n", compatTenant, neighbourTenant)
+	return 0
 }
 
 // buildFDBEtcd builds ./cmd/fdb-etcd of the repository root (../..) into dir.
@@ -151,7 +182,9 @@ type server struct {
 	maint    pb.MaintenanceClient
 	cluster  pb.ClusterClient
 	cli      *clientv3.Client
-	logPath  string // fdb-etcd only
+	http     *http.Client // for the JSON gateway and the HTTP endpoints of the client port
+	tls      *tls.Config  // the client's TLS (tenant mode), nil for plain http
+	logPath  string       // fdb-etcd only
 }
 
 // pair is a reference etcd and a candidate, both freshly started.
@@ -226,6 +259,11 @@ func startPairWith(t *testing.T, o pairOptions) *pair {
 			continue
 		}
 		t.Fatal(err)
+	}
+	if tenantPKI != nil {
+		// After the candidate's cleanup, so it runs first: the neighbour
+		// stops while the server still serves it.
+		startNeighbour(t, cand.endpoint)
 	}
 	return &pair{ref: ref, cand: cand}
 }
@@ -314,7 +352,7 @@ func startEmbedded(t *testing.T, name string, cport, pport int, o pairOptions) (
 		stop()
 		return nil, nil, errors.New("embedded etcd not ready after 30s")
 	}
-	s, err := dialServer(name, curl.Host)
+	s, err := dialServer(name, curl.Host, nil)
 	if err != nil {
 		stop()
 		return nil, nil, err
@@ -328,9 +366,16 @@ func startFDBEtcd(t *testing.T, port int, o pairOptions) (*server, func(), error
 		store = newCandStore(t)
 	}
 	logDir := t.TempDir()
-	u := fmt.Sprintf("http://127.0.0.1:%d", port)
+	scheme, clientTLS := "http", (*tls.Config)(nil)
+	if tenantPKI != nil {
+		scheme, clientTLS = "https", tenantPKI.clientTLS(compatTenant)
+	}
+	u := fmt.Sprintf("%s://127.0.0.1:%d", scheme, port)
 	args := []string{"--name", memberName, "--listen-client-urls", u, "--advertise-client-urls", u}
 	args = append(args, store.args()...)
+	if tenantPKI != nil {
+		args = append(args, tenantPKI.serverArgs()...)
+	}
 	if o.quotaBytes != 0 {
 		args = append(args, "--quota-backend-bytes", fmt.Sprint(o.quotaBytes))
 	}
@@ -366,7 +411,7 @@ func startFDBEtcd(t *testing.T, port int, o pairOptions) (*server, func(), error
 		kill()
 		return nil, nil, fmt.Errorf("%v\ncommand: %s %s\nlog tail:\n%s", err, fdbBinary, strings.Join(args, " "), tailFile(logPath, 4000))
 	}
-	s, err := dialServer("fdb-etcd", fmt.Sprintf("127.0.0.1:%d", port))
+	s, err := dialServer("fdb-etcd", fmt.Sprintf("127.0.0.1:%d", port), clientTLS)
 	if err != nil {
 		return fail(err)
 	}
@@ -445,16 +490,24 @@ func tailFile(path string, n int) string {
 	return string(b)
 }
 
-func dialServer(name, hostport string) (*server, error) {
+// dialServer connects to hostport, over TLS with tlsCfg when it is set.
+func dialServer(name, hostport string, tlsCfg *tls.Config) (*server, error) {
+	creds, scheme := insecure.NewCredentials(), "http"
+	hc := &http.Client{Timeout: 30 * time.Second}
+	if tlsCfg != nil {
+		creds, scheme = credentials.NewTLS(tlsCfg), "https"
+		hc.Transport = &http.Transport{TLSClientConfig: tlsCfg}
+	}
 	conn, err := grpc.NewClient(hostport,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
 	if err != nil {
 		return nil, err
 	}
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{"http://" + hostport},
+		Endpoints:   []string{scheme + "://" + hostport},
 		DialTimeout: 10 * time.Second,
+		TLS:         tlsCfg,
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
@@ -464,7 +517,7 @@ func dialServer(name, hostport string) (*server, error) {
 	return &server{
 		name:     name,
 		endpoint: hostport,
-		url:      "http://" + hostport,
+		url:      scheme + "://" + hostport,
 		conn:     conn,
 		kv:       pb.NewKVClient(conn),
 		watch:    pb.NewWatchClient(conn),
@@ -472,12 +525,15 @@ func dialServer(name, hostport string) (*server, error) {
 		maint:    pb.NewMaintenanceClient(conn),
 		cluster:  pb.NewClusterClient(conn),
 		cli:      cli,
+		http:     hc,
+		tls:      tlsCfg,
 	}, nil
 }
 
 func (s *server) close() {
 	s.cli.Close()
 	s.conn.Close()
+	s.http.CloseIdleConnections()
 }
 
 // opTimeout bounds each unary call.

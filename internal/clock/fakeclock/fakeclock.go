@@ -1,6 +1,6 @@
-// Package fakeclock is a manual clock.Clock for tests: time moves only when
-// the test advances it, and the test can wait until every loop on the clock
-// has reacted and gone back to sleep.
+// Package fakeclock is a manual clock.Clock and progress.Clock for tests:
+// time moves only when the test advances it, and the test can wait until
+// every loop on the clock has reacted and gone back to sleep.
 package fakeclock
 
 import (
@@ -14,7 +14,8 @@ type Clock struct {
 	mu       sync.Mutex
 	now      time.Time
 	sleepers map[*sleeper]struct{}
-	changed  chan struct{} // closed and replaced when the sleepers change
+	tickers  []*ticker     // progress tickers (ticker.go)
+	changed  chan struct{} // closed and replaced when the sleepers or tickers change
 }
 
 type sleeper struct {
@@ -66,6 +67,7 @@ func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+	c.fireTickers()
 	for s := range c.sleepers {
 		if !s.at.After(c.now) {
 			select {
@@ -108,10 +110,18 @@ func closed(ch <-chan struct{}) bool {
 // minute.
 func (c *Clock) BlockUntil(t testing.TB, n int) {
 	t.Helper()
+	c.awaitCount(t, n, "loops asleep", c.asleep)
+}
+
+// awaitCount waits until count, called with mu held, reaches n, checking
+// whenever the sleepers or tickers change. It fails the test after a
+// real-time minute.
+func (c *Clock) awaitCount(t testing.TB, n int, what string, count func() int) {
+	t.Helper()
 	deadline := time.After(time.Minute)
 	for {
 		c.mu.Lock()
-		have, ch := c.asleep(), c.changed
+		have, ch := count(), c.changed
 		c.mu.Unlock()
 		if have >= n {
 			return
@@ -119,7 +129,7 @@ func (c *Clock) BlockUntil(t testing.TB, n int) {
 		select {
 		case <-ch:
 		case <-deadline:
-			t.Fatalf("fake clock: %d loops asleep after a minute, want %d", have, n)
+			t.Fatalf("fake clock: %d %s after a minute, want %d", have, what, n)
 		}
 	}
 }

@@ -1,13 +1,17 @@
 // Command withfdb runs a command with FDB_CLUSTER_FILE naming a throwaway
-// single-process fdbserver, which it stops afterwards; it exits with the
+// FoundationDB cluster, which it stops afterwards; it exits with the
 // command's status. `make test-fdb` uses it for test modules that drive a
-// prebuilt fdb-etcd binary and so cannot start FoundationDB themselves.
+// prebuilt fdb-etcd binary and so cannot start FoundationDB themselves. The
+// cluster is one `single memory` process unless flags before the command
+// ask for another topology (the benchmark's replicated cluster):
 //
 //	go run ./internal/fdbserver/withfdb go test ./...
+//	go run ./internal/fdbserver/withfdb -processes 5 -redundancy double -storage ssd-2 make bench
 package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,11 +24,20 @@ import (
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
-	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: withfdb command [args...]")
+	var cfg fdbserver.Config
+	fs := flag.NewFlagSet("withfdb", flag.ContinueOnError)
+	fs.IntVar(&cfg.Processes, "processes", 1, "fdbserver processes")
+	fs.StringVar(&cfg.Redundancy, "redundancy", "single", "redundancy mode: single, double or triple")
+	fs.StringVar(&cfg.Storage, "storage", "memory", "storage engine: memory, ssd-2 or ssd-redwood-1")
+	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	srv, err := fdbserver.Start()
+	args = fs.Args()
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: withfdb [-processes N] [-redundancy R] [-storage S] command [args...]")
+		return 2
+	}
+	srv, err := fdbserver.StartCluster(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "withfdb: start fdbserver:", err)
 		return 1

@@ -38,7 +38,7 @@ if [ "$skip" != "scenarios" ]; then
   kubebin="$(tail -n1 "$results/build-kube.out")"
   echo "apiserver-conformance: kube binaries ready in $kubebin $(( $(date +%s) - start ))s after the start"
   t0=$(date +%s)
-  KUBE_BIN_DIR="$kubebin" go test -count=1 -timeout 45m ./scenarios -args -report "$results/scenarios.md" || rc=1
+  KUBE_BIN_DIR="$kubebin" go test -count=1 -timeout 60m ./scenarios -args -report "$results/scenarios.md" || rc=1
   echo "apiserver-conformance: scenarios took $(( $(date +%s) - t0 ))s"
 fi
 for f in "$results/storage.md" "$results/scenarios.md"; do

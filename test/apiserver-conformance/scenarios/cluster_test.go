@@ -49,6 +49,9 @@ type store struct {
 	// restart stops the servers and starts them again on the same data and
 	// ports (fdb-etcd only).
 	restart func() error
+	// cert, when set, is the client certificate kube-apiserver connects
+	// to the store with (a tenant's, tenants_test.go).
+	cert *clientCert
 }
 
 // Store names, also the columns of the report.
@@ -392,6 +395,9 @@ func startCluster(t testing.TB, st *store, dir string) (*cluster, error) {
 		"--event-ttl=" + eventTTL.String(),
 		"--profiling=false",
 		"--v=2",
+	}
+	if st.cert != nil {
+		args = append(args, "--etcd-cafile="+st.cert.caFile, "--etcd-certfile="+st.cert.certFile, "--etcd-keyfile="+st.cert.keyFile)
 	}
 	env := []string{"KUBE_WATCHCACHE_CONSISTENCY_CHECKER=true"}
 	c := &cluster{store: st, dir: dir, port: port, token: token, caFile: ca, saKey: saKey, args: args, env: env}

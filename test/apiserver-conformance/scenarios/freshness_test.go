@@ -75,10 +75,12 @@ func TestConsistentListFromCache(t *testing.T) {
 		t.Logf("waiting %v so that limitranges have been quiet for %v", d.Round(time.Second), freshQuiet)
 		time.Sleep(d)
 	}
+	answersBefore := map[string][3]float64{}
 	for _, c := range cs {
 		m, err := c.metrics(ctx)
 		must(t, err, "metrics of %s", c.store.name)
 		before[c.store.name] = m
+		answersBefore[c.store.name] = progressAnswers(c.store)
 	}
 	res := map[string]*freshness{}
 	for _, c := range cs {
@@ -104,6 +106,9 @@ func TestConsistentListFromCache(t *testing.T) {
 		if c.store.reference {
 			continue // measured, not judged
 		}
+		a, b := progressAnswers(c.store), answersBefore[c.store.name]
+		t.Logf("%s: progress requests answered meanwhile: %v from memory, %v after a read of the head, %v second notifications at a newer head",
+			c.store.name, a[0]-b[0], a[1]-b[1], a[2]-b[2])
 		if f.fallbacks != 0 {
 			t.Errorf("%s: apiserver_watch_cache_consistent_read_total{fallback=\"true\"} rose by %v", c.store.name, f.fallbacks)
 		}
@@ -184,4 +189,17 @@ func freshnessReport() string {
 		}
 	}
 	return b.String()
+}
+
+// progressAnswers sums fdb-etcd's progress answers over a store's members:
+// from memory, after a read of the head, second notifications.
+func progressAnswers(s *store) [3]float64 {
+	var out [3]float64
+	for _, u := range s.urls {
+		m := scrape(u + "/metrics")
+		for i, how := range []string{"memory", "read", "followup"} {
+			out[i] += metricSum(m, "fdb_etcd_watch_progress_answers_total", `how="`+how+`"`)
+		}
+	}
+	return out
 }

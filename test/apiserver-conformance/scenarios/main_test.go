@@ -159,7 +159,7 @@ func report() string {
 		b.WriteString("\n|---|" + strings.Repeat("---|", len(stores())) + "\n")
 		// Stores run side by side, so the order results came in says
 		// little: the table follows the scenario list.
-		order := []string{"DeployDryRun", "MirrorCutover"}
+		order := []string{"DeployDryRun", "MirrorCutover", "TwoTenants"}
 		for _, sc := range scenarios() {
 			order = append(order, sc.name)
 		}

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -172,11 +174,31 @@ type Options struct {
 	// FDBClusterFile runs the server on FoundationDB (--backend=fdb) in the
 	// keyspace FDBPrefix.
 	FDBClusterFile, FDBPrefix string
+	// TLS, when set, serves https with client certificates required.
+	TLS *TLS
+}
+
+// TLS is what a server needs to serve https with client certificates
+// (--cert-file, --key-file, --trusted-ca-file, --client-cert-auth), and
+// the client certificate its readiness probe connects with.
+type TLS struct {
+	CAFile, CertFile, KeyFile   string
+	ProbeCertFile, ProbeKeyFile string
+}
+
+// ClientConfig is the TLS configuration of a client holding certFile and
+// keyFile that trusts the CA of t.
+func (t *TLS) ClientConfig(certFile, keyFile string) (*tls.Config, error) {
+	return transport.TLSInfo{CertFile: certFile, KeyFile: keyFile, TrustedCAFile: t.CAFile}.ClientConfig()
+}
+
+func (t *TLS) args() []string {
+	return []string{"--cert-file=" + t.CertFile, "--key-file=" + t.KeyFile, "--trusted-ca-file=" + t.CAFile, "--client-cert-auth"}
 }
 
 // Server is a running fdb-etcd process.
 type Server struct {
-	URL      string // http://127.0.0.1:port
+	URL      string // http://127.0.0.1:port (https with Options.TLS)
 	Port     int
 	DataDir  string
 	LogPath  string
@@ -237,7 +259,11 @@ func start(bin string, o Options) (*Server, error) {
 	if logPath == "" {
 		logPath = dataDir + ".log"
 	}
-	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	scheme := "http"
+	if o.TLS != nil {
+		scheme = "https"
+	}
+	url := fmt.Sprintf("%s://127.0.0.1:%d", scheme, port)
 	name := o.Name
 	if name == "" {
 		name = "conformance"
@@ -252,6 +278,9 @@ func start(bin string, o Options) (*Server, error) {
 	}
 	if o.ProgressNotifyInterval > 0 {
 		args = append(args, "--experimental-watch-progress-notify-interval", o.ProgressNotifyInterval.String())
+	}
+	if o.TLS != nil {
+		args = append(args, o.TLS.args()...)
 	}
 	if o.FDBClusterFile != "" {
 		args = append(args, "--backend=fdb", "--fdb-cluster-file="+o.FDBClusterFile, "--fdb-prefix="+o.FDBPrefix)
@@ -281,7 +310,7 @@ func start(bin string, o Options) (*Server, error) {
 		logf.Close()
 		close(s.done)
 	}()
-	if err := s.waitReady(30 * time.Second); err != nil {
+	if err := s.waitReady(o.TLS, 30*time.Second); err != nil {
 		s.Kill()
 		log, _ := os.ReadFile(logPath)
 		return nil, fmt.Errorf("fdb-etcd %v not ready: %v\n%s", args, err, tail(string(log), 3000))
@@ -296,9 +325,16 @@ func tail(s string, n int) string {
 	return s
 }
 
-func (s *Server) waitReady(timeout time.Duration) error {
+func (s *Server) waitReady(t *TLS, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.URL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	var tlsCfg *tls.Config
+	if t != nil {
+		var err error
+		if tlsCfg, err = t.ClientConfig(t.ProbeCertFile, t.ProbeKeyFile); err != nil {
+			return err
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.URL}, DialTimeout: 2 * time.Second, TLS: tlsCfg, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}
