@@ -7,11 +7,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/storage"
+	"github.com/fdb-etcd/fdb-etcd/storage/fdb"
 	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
 )
 
@@ -194,4 +197,62 @@ func BenchmarkPutConcurrent(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkRangeConcurrent is 256 clients' 1-key Ranges, linearizable and
+// serializable, on the store testdb gives (FoundationDB with
+// FDB_ETCD_TEST_BACKEND=fdb): what a read costs when its read version is
+// shared with the reads that arrived with it, or, serializable, reused
+// from a few milliseconds before.
+func BenchmarkRangeConcurrent(b *testing.B) {
+	db := testdb.Open(b)
+	s, err := mvcc.Open(db, mvcc.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	ctx := context.Background()
+	for i := range 256 {
+		if _, err := s.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "/k/%03d", i), Value: make([]byte, 256)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	grvs := countReadVersions(db)
+	for _, serializable := range []bool{false, true} {
+		name := map[bool]string{false: "linearizable", true: "serializable"}[serializable]
+		b.Run(name, func(b *testing.B) {
+			grvs.Store(0)
+			defer func() { b.ReportMetric(float64(grvs.Load())/float64(b.N), "grv/op") }()
+			var n atomic.Int64
+			b.SetParallelism(256 / runtime.GOMAXPROCS(0))
+			b.RunParallel(func(p *testing.PB) {
+				for p.Next() {
+					key := fmt.Appendf(nil, "/k/%03d", n.Add(1)%256)
+					r, err := s.Range(ctx, &pb.RangeRequest{Key: key, Serializable: serializable})
+					if err != nil || len(r.Kvs) != 1 {
+						b.Errorf("range %s: %v, %v", key, r, err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// grvCounter counts FoundationDB read version requests.
+type grvCounter struct{ atomic.Int64 }
+
+func (*grvCounter) ObserveFDBRetry(int, error)            {}
+func (*grvCounter) ObserveFDBCommit(time.Duration, error) {}
+func (c *grvCounter) ObserveFDBReadVersion(time.Duration) { c.Add(1) }
+func (*grvCounter) ObserveFDBRecovery()                   {}
+
+// countReadVersions counts db's read version requests, if it is
+// FoundationDB's (0 on other backends).
+func countReadVersions(db storage.DB) *grvCounter {
+	c := &grvCounter{}
+	if o, ok := db.(interface{ SetObserver(fdb.Observer) }); ok {
+		o.SetObserver(c)
+	}
+	return c
 }

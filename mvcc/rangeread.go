@@ -40,7 +40,16 @@ func (s *Store) RangeChunk(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRe
 // never answers a Range at revision 0 with ErrCompacted. Each attempt starts
 // at a head at least as new as the compaction that stopped the previous one,
 // so an attempt fails again only if another compaction overtakes it.
+//
+// A serializable Range may read a recent snapshot rather than the latest
+// (storage.Recent): etcd serves it from one member's state, which may lag
+// the cluster's, and on FoundationDB that saves its read version round
+// trip. The storage never reads older than what this process already read
+// or committed, so a serializable Range does not go back in time.
 func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount bool) (*pb.RangeResponse, error) {
+	if r.Serializable {
+		ctx = storage.WithFreshness(ctx, storage.Recent)
+	}
 	for {
 		resp, err := s.rangeAttempt(ctx, r, withCount)
 		if r.Revision > 0 || !errors.Is(err, ErrCompacted) || ctx.Err() != nil {

@@ -101,7 +101,7 @@ func (s *Sequencer[Resp]) rollForward(rec []byte) error {
 	case err != nil:
 		return err
 	}
-	err = s.publish(st, *res, wrote, false)
+	_, err = s.publish(st, *res, wrote, nil)
 	if errors.Is(err, ErrNotPending) {
 		return nil
 	}

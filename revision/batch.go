@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
@@ -38,10 +39,12 @@ func (e *errPending) Error() string { return "revision: a staged write is in pro
 // instead of failing again at the same size.
 const slowAttempt = storage.MaxTransactionAge / 2
 
-// markerWindow is how many of its newest batch markers a writer keeps. A
-// marker is only read by the retries of its own batch, so a small window is
-// plenty; older ones are cleared as new batches commit.
-const markerWindow = 64
+// maxStaleMarkers bounds the decided markers a writer remembers to clear
+// (Sequencer.staleMarkers). Only failed batches and staged requests that
+// did not publish themselves add to it between two writes that clear it;
+// beyond the bound the oldest are left behind, as a stopped writer's are,
+// for the compactor to clear once they expire.
+const maxStaleMarkers = 256
 
 // commitPrefix commits as many requests from the front of batch as fit and
 // answers them; it returns how many it answered, or, having answered none,
@@ -81,13 +84,16 @@ func (s *Sequencer[Resp]) commitPrefix(batch []*pending[Resp]) (answered int, st
 			continue
 		}
 		if err != nil {
+			// An attempt may have committed: its marker, if stored, is
+			// decided now.
+			s.markStale(a.seq, false)
 			return failAll(batch, len(batch), s.classify(err)), nil
 		}
 		if invariants && a.newHead > 0 {
 			s.checkMonotonic(a.base, a.newHead)
 		}
 		if a.marked {
-			s.lastMarker = a.seq
+			s.markStale(a.seq, true)
 		}
 		if s.cfg.Observe != nil {
 			s.cfg.Observe(len(batch), a.written, s.cfg.Now().Sub(start))
@@ -238,17 +244,32 @@ func (a *attempt[Resp]) apply(tx storage.Tx, base int64, env Env) error {
 	}
 	tx.Set(keyspace.Batch(s.writer, a.seq), encodeMarker(base, start, a.floor(base)))
 	a.marked = true
-	if s.lastMarker != 0 {
-		// The writer's previous batch is decided: nothing replays it, and
-		// physical compaction need not wait for it (ReplayableMarkers).
-		tx.Clear(keyspace.Batch(s.writer, s.lastMarker))
-	}
-	if a.seq > markerWindow {
-		// A point delete of the one marker leaving the window: range
-		// deletions would pile up as tombstones on every batch.
-		tx.Clear(keyspace.Batch(s.writer, a.seq-markerWindow))
-	}
+	s.clearStaleMarkers(tx)
 	return nil
+}
+
+// clearStaleMarkers clears the writer's decided markers (usually one, its
+// previous batch's): nothing replays them, and physical compaction need not
+// wait for them (ReplayableMarkers). Point deletes of known keys: range
+// deletions would pile up as tombstones on every batch.
+func (s *Sequencer[Resp]) clearStaleMarkers(tx storage.Tx) {
+	for _, seq := range s.staleMarkers {
+		tx.Clear(keyspace.Batch(s.writer, seq))
+	}
+}
+
+// markStale records that the marker of this writer's batch or staged
+// request seq, if it is stored or ever will be, is decided: no retry of
+// this writer replays it. cleared says the write that stored it also
+// cleared the markers decided before.
+func (s *Sequencer[Resp]) markStale(seq uint64, cleared bool) {
+	if cleared {
+		s.staleMarkers = s.staleMarkers[:0]
+	}
+	s.staleMarkers = append(s.staleMarkers, seq)
+	if len(s.staleMarkers) > maxStaleMarkers {
+		s.staleMarkers = slices.Delete(s.staleMarkers, 0, len(s.staleMarkers)-maxStaleMarkers)
+	}
 }
 
 // replay rebuilds the responses of a batch an earlier attempt committed,

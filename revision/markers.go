@@ -8,8 +8,9 @@ import (
 // Marker is a batch marker as physical compaction sees it: a committed
 // batch that a retry of its writer may still replay, reading the store as
 // of no revision older than Floor. A writer clears its marker in its next
-// batch, once nothing can replay it; what remains is each writer's newest
-// batch, and the markers of writers that stopped.
+// write (a batch, or the publication of a staged request), once nothing can
+// replay it; what remains is each writer's newest one, and the markers of
+// writers that stopped.
 type Marker struct {
 	Key   []byte
 	Floor int64

@@ -242,10 +242,12 @@ type Sequencer[Resp any] struct {
 
 	// Guarded by the lead, not by mu.
 	seq uint64
-	// lastMarker is the seq of this writer's newest batch marker, which its
-	// next batch clears; 0 before the first.
-	lastMarker uint64
-	lastHead   int64 // the newest head this writer committed (invariants)
+	// staleMarkers is the seqs of this writer's batch markers that nothing
+	// replays any more, which its next write clears: its newest batch's,
+	// and those of staged requests and failed batches since (see
+	// markStale). At most maxStaleMarkers.
+	staleMarkers []uint64
+	lastHead     int64 // the newest head this writer committed (invariants)
 }
 
 // pending is a request in the queue.

@@ -150,14 +150,19 @@ func (s *Sequencer[Resp]) commitStaged(p *pending[Resp]) int {
 	res, reqErr, err := s.reserve(st, id, req)
 	switch {
 	case err != nil:
+		// The reservation may have landed, and another writer then
+		// publishes it with this marker before this one writes again.
+		s.markStale(id.Seq, false)
 		return failAll(one, 1, s.classify(err))
 	case reqErr != nil:
 		return answer(one, []result[Resp]{{err: reqErr}})
 	}
 	resp, wrote, err := s.stage(context.Background(), st, res, true)
+	cleared := false
 	if err == nil {
-		err = s.publish(st, res, wrote, true)
+		cleared, err = s.publish(st, res, wrote, s.staleMarkers)
 	}
+	s.markStale(id.Seq, cleared)
 	if err != nil {
 		// Unfinished, or finished by another writer before this one could
 		// build its answer: its outcome is, to this caller, unknown.
@@ -291,12 +296,14 @@ func (s *Sequencer[Resp]) beat(ctx context.Context, res Reservation) {
 
 // publish makes a staged request visible: the head moves to res.Base+1 if
 // it wrote, the batch marker records it for its writer's retries, and
-// Pending goes. own says the publisher is the request's own writer, which
-// also clears its marker leaving the window.
-func (s *Sequencer[Resp]) publish(st Stager[Resp], res Reservation, wrote, own bool) error {
+// Pending goes. stale is the seqs of its own writer's markers that nothing
+// replays any more, which the publication clears (nil for a takeover);
+// cleared reports that this call's transaction stored the marker, and so
+// cleared them.
+func (s *Sequencer[Resp]) publish(st Stager[Resp], res Reservation, wrote bool, stale []uint64) (cleared bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CommitTimeout)
 	defer cancel()
-	err := s.db.Update(ctx, func(tx storage.Tx) error {
+	err = s.db.Update(ctx, func(tx storage.Tx) error {
 		marker, err := tx.Get(keyspace.Batch(res.ID.Writer, res.ID.Seq))
 		if err != nil {
 			return err
@@ -317,14 +324,14 @@ func (s *Sequencer[Resp]) publish(st Stager[Resp], res Reservation, wrote, own b
 			tx.Set(keyspace.Head, encodeHead(Head{Rev: res.Base + 1, Writer: res.ID.Writer, Seq: res.ID.Seq}))
 		}
 		tx.Set(keyspace.Batch(res.ID.Writer, res.ID.Seq), encodeMarker(res.Base, res.Env, res.Base))
-		if own && res.ID.Seq > markerWindow {
-			tx.Clear(keyspace.Batch(res.ID.Writer, res.ID.Seq-markerWindow))
+		for _, seq := range stale {
+			tx.Clear(keyspace.Batch(res.ID.Writer, seq))
 		}
 		tx.Clear(keyspace.Pending)
 		return nil
 	})
 	if errors.Is(err, errLanded) {
-		return nil
+		return false, nil // an earlier attempt, or a takeover, published it
 	}
-	return err
+	return err == nil, err
 }

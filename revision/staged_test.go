@@ -341,3 +341,92 @@ func TestCanceledWhileAwaitingStagedWrite(t *testing.T) {
 		t.Fatalf("head %d with %d keys of revision 3; want 3 and 6 (the canceled request not applied)", h, n)
 	}
 }
+
+// markerSeqs returns the seqs of the batch markers in db, by writer.
+func markerSeqs(t *testing.T, db storage.DB) map[uint64][]uint64 {
+	t.Helper()
+	out := map[uint64][]uint64{}
+	err := db.View(context.Background(), func(tx storage.ReadTx) error {
+		begin, end := keyspace.BatchAll()
+		kvs, err := tx.GetRange(begin, end, storage.RangeOptions{})
+		for _, kv := range kvs {
+			// keyspace.Batch: a family byte, the writer and the seq.
+			k := kv.Key[len(kv.Key)-16:]
+			w := binary.BigEndian.Uint64(k)
+			out[w] = append(out[w], binary.BigEndian.Uint64(k[8:]))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestStagedMarkersCleared: a writer's next write clears the batch markers
+// of its staged requests, as it clears its previous batch's: nothing
+// replays them once they are decided, and markers left behind would hold
+// physical compaction back until they expire. Every write of the writer
+// leaves exactly its own newest marker, also when every commit is
+// reported as unknown result and retried.
+func TestStagedMarkersCleared(t *testing.T) {
+	for _, unknown := range []float64{0, 1} {
+		t.Run(fmt.Sprintf("unknown=%v", unknown), func(t *testing.T) {
+			raw := openDB(t)
+			db := faulty.Wrap(raw, faulty.Options{Seed: 5, CommitUnknownProbability: unknown})
+			w := revision.New[int64](db, counter{db: db}, revision.Config{BeatTimeout: time.Minute})
+			defer w.Stop()
+			for i, n := range []count{1, 1000, 1000, 2, 1000, 3, 4} {
+				if _, err := w.Do(context.Background(), n, int(n)); err != nil {
+					t.Fatalf("write %d: %v", i, err)
+				}
+				ms := markerSeqs(t, raw)
+				if len(ms) != 1 {
+					t.Fatalf("after write %d: markers of %d writers, want 1", i, len(ms))
+				}
+				for _, seqs := range ms {
+					if len(seqs) != 1 {
+						t.Fatalf("after write %d (of %d keys): markers %v left, want only the newest", i, n, seqs)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestTakenOverMarkerCleared: a staged request whose writer was cut off
+// is published by another writer, with the first writer's batch marker.
+// Once the first writer writes again, that marker goes: it is decided, and
+// nobody else clears it.
+func TestTakenOverMarkerCleared(t *testing.T) {
+	raw := openDB(t)
+	flaky := &cutDB{DB: raw}
+	c := counter{db: flaky}
+	c.chunkDone = func(chunk int) {
+		if chunk == 3 {
+			flaky.cut.Store(true)
+		}
+	}
+	a := revision.New[int64](flaky, c, revision.Config{})
+	defer a.Stop()
+	if _, err := a.Do(context.Background(), count(1000), 10); !errors.Is(err, revision.ErrTimeout) {
+		t.Fatalf("cut-off staged request: %v, want ErrTimeout", err)
+	}
+	b := revision.New[int64](raw, counter{db: raw}, revision.Config{BeatInterval: 10 * time.Millisecond, BeatTimeout: 200 * time.Millisecond})
+	defer b.Stop()
+	if r, err := b.Do(context.Background(), count(5), 5); err != nil || r != 3 {
+		t.Fatalf("request after the takeover: revision %v, %v; want 3", r, err)
+	}
+	if ms := markerSeqs(t, raw); len(ms) != 2 {
+		t.Fatalf("markers of %d writers after the takeover, want 2 (the staged request's, the other writer's)", len(ms))
+	}
+	flaky.cut.Store(false)
+	if r, err := a.Do(context.Background(), count(6), 6); err != nil || r != 4 {
+		t.Fatalf("the first writer's next request: revision %v, %v; want 4", r, err)
+	}
+	for w, seqs := range markerSeqs(t, raw) {
+		if len(seqs) != 1 {
+			t.Fatalf("writer %x: markers %v left, want only the newest", w, seqs)
+		}
+	}
+}

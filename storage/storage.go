@@ -18,6 +18,9 @@
 //     and writes at most MaxTransactionBytes.
 //   - View runs a read-only transaction on a consistent snapshot. It is subject
 //     to the same age limit, so long scans must be paged across several Views.
+//     By default the snapshot is at least as new as every commit that
+//     completed before View was called; a View whose context says Recent
+//     (WithFreshness) may read a snapshot a few milliseconds older.
 //   - WaitChange blocks until a key's value differs from a value the caller has
 //     seen; it is how a reader learns about new commits without polling
 //     (FoundationDB watches map directly onto it).
@@ -127,6 +130,38 @@ func Scan(tx ReadTx, begin, end []byte, limit int, fn func(key, value []byte) bo
 		}
 	}
 	return nil
+}
+
+// Freshness is how new a View's snapshot must be. It travels in the
+// context (WithFreshness) rather than as a View parameter, so that every
+// wrapper of a DB passes it on untouched.
+type Freshness uint8
+
+const (
+	// Latest: a snapshot at least as new as every commit that completed
+	// before View was called, as a linearizable read needs. The default.
+	Latest Freshness = iota
+	// Recent: a snapshot that was Latest at most a backend-defined bound
+	// (a few milliseconds) before View was called, and never older than a
+	// snapshot this DB has already read or a commit it has made, so that
+	// a process's Recent reads do not go back in time and see its own
+	// writes. What a serializable read may use; a backend without a
+	// cheaper snapshot reads the latest.
+	Recent
+)
+
+type freshnessKey struct{}
+
+// WithFreshness returns ctx with f for the View calls it is passed to.
+func WithFreshness(ctx context.Context, f Freshness) context.Context {
+	return context.WithValue(ctx, freshnessKey{}, f)
+}
+
+// FreshnessOf is the Freshness ctx asks for, Latest unless WithFreshness
+// said otherwise.
+func FreshnessOf(ctx context.Context) Freshness {
+	f, _ := ctx.Value(freshnessKey{}).(Freshness)
+	return f
 }
 
 // RangeRead is one range read of a ReadBatch.

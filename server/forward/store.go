@@ -13,10 +13,12 @@ package forward
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fdb-etcd/fdb-etcd/lease"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
@@ -80,6 +82,9 @@ type Forwarder struct {
 	peers  *Peers
 	obs    Observer
 	tenant string // sent with every forwarded request when not empty
+	// answered is the newest revision of a write the owner answered for
+	// this replica, below which this replica's serializable reads may not go.
+	answered atomic.Int64
 }
 
 // New returns a forwarder; obs may be nil.
@@ -152,8 +157,13 @@ func (f *Forwarder) result(ctx context.Context, err error, trailer metadata.MD) 
 // unary is a gRPC method of the owner's client.
 type unary[Req, Resp any] func(context.Context, Req, ...grpc.CallOption) (Resp, error)
 
+// response is an etcd response: it has a header.
+type response interface {
+	GetHeader() *pb.ResponseHeader
+}
+
 // forward runs r at the owner through the method remote picks, or locally.
-func forward[Req, Resp any](f *Forwarder, ctx context.Context, r Req,
+func forward[Req any, Resp response](f *Forwarder, ctx context.Context, r Req,
 	local func(context.Context, Req) (Resp, error), remote func(peer) unary[Req, Resp]) (Resp, error) {
 	p, ok := f.target(ctx)
 	if !ok {
@@ -161,7 +171,15 @@ func forward[Req, Resp any](f *Forwarder, ctx context.Context, r Req,
 	}
 	var trailer metadata.MD
 	resp, err := remote(p)(f.outgoing(ctx), r, grpc.Trailer(&trailer))
+	if err == nil {
+		f.sawRevision(resp.GetHeader().GetRevision())
+	}
 	return resp, f.result(ctx, err, trailer)
+}
+
+func (f *Forwarder) sawRevision(rev int64) {
+	for cur := f.answered.Load(); rev > cur && !f.answered.CompareAndSwap(cur, rev); cur = f.answered.Load() {
+	}
 }
 
 // KV is an evaluator whose writes go to the owner; reads stay here.
@@ -174,6 +192,25 @@ var _ mvcc.Evaluator = (*KV)(nil)
 
 // KV wraps the local store.
 func (f *Forwarder) KV(local mvcc.Evaluator) *KV { return &KV{Evaluator: local, f: f} }
+
+// Range reads here. A serializable Range may read a recent snapshot rather
+// than the latest (mvcc), one that need not have the writes the owner
+// committed for this replica a moment ago; but an etcd member answers a
+// write only once it applied it, and serves serializable reads from what
+// it applied. So a serializable Range that read below the newest such
+// write (or found its revision in the future) reads again at the latest.
+func (k *KV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	floor := k.f.answered.Load()
+	resp, err := k.Evaluator.Range(ctx, r)
+	stale := err == nil && resp.GetHeader().GetRevision() < floor ||
+		errors.Is(err, mvcc.ErrFutureRev) && r.Revision <= floor
+	if !r.Serializable || !stale {
+		return resp, err
+	}
+	latest := proto.CloneOf(r)
+	latest.Serializable = false
+	return k.Evaluator.Range(ctx, latest)
+}
 
 // Put forwards or commits a put.
 func (k *KV) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {

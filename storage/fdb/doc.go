@@ -60,9 +60,19 @@
 // growing batches, where the callers' paged GetRange (want-all with a limit)
 // fetches a page in one round trip.
 //
+// # Read versions
+//
 // Each attempt first waits for its read version (the reads would wait for
-// it anyway), so that the backend can time it and tell recoveries apart:
-// SetObserver installs an Observer that receives every retry with its
+// it anyway). Concurrent transactions share read version requests: those
+// that start while no request is being prepared join the next one, sent
+// only once they have joined, so its answer is as new as a read version of
+// their own (one request is in flight at a time; see versions.go). A View
+// whose context asks for storage.Recent reuses, on its first attempt, the
+// newest version the DB has read at or committed, if that was the latest
+// at most Options.RecentVersionAge (5 ms) before: no round trip at all.
+//
+// The backend times each read version request and tells recoveries
+// apart: SetObserver installs an Observer that receives every retry with its
 // FoundationDB error code, every commit's and every read version's latency,
 // and each recovery the client noticed (see versionWatch). The server
 // turns these into its fdb_etcd_fdb_* metrics.

@@ -58,9 +58,13 @@ type Options struct {
 	// A testing aid: never for production. Like APIVersion it is chosen
 	// once per process, by the first Open.
 	ClientBuggify ClientBuggify
-	// Now is the clock that times read versions and commits; nil means
-	// time.Now.
+	// Now is the clock that times read versions and commits and ages
+	// reused read versions; nil means time.Now.
 	Now func() time.Time
+	// RecentVersionAge is how old a read version a storage.Recent View
+	// may reuse; 0 means DefaultRecentVersionAge, a negative value turns
+	// reuse off.
+	RecentVersionAge time.Duration
 }
 
 // KeyPrefix returns the raw FoundationDB key prefix of the keyspace named
@@ -78,9 +82,12 @@ type DB struct {
 	prefixEnd   []byte
 	maxRetries  int
 	now         func() time.Time
+	recentAge   time.Duration
 
 	observer atomic.Pointer[observerBox]
 	versions versionWatch
+	sharing  versionSharing
+	latest   latestKnown
 
 	// Every call is bracketed by enter/leave so that Close can wait for the
 	// calls in flight and fail the ones that start after it.
@@ -126,6 +133,9 @@ func Open(o Options) (*DB, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.RecentVersionAge == 0 {
+		o.RecentVersionAge = DefaultRecentVersionAge
+	}
 	db, err := acquire(o.ClusterFile, o.APIVersion, o.ClientBuggify)
 	if err != nil {
 		return nil, err
@@ -137,6 +147,7 @@ func Open(o Options) (*DB, error) {
 		prefixEnd:   storage.Strinc(prefix),
 		maxRetries:  o.MaxRetries,
 		now:         o.Now,
+		recentAge:   o.RecentVersionAge,
 	}
 	d.observer.Store(&observerBox{nopObserver{}})
 	d.closing, d.closingStop = context.WithCancel(context.Background())
@@ -387,6 +398,7 @@ func (d *DB) Close() error {
 			<-done
 		}
 		d.abortStop()
+		d.sharing.fetchers.Wait() // its read version request canceled
 		release(d.clusterFile)
 		err = nil
 	})
@@ -416,8 +428,9 @@ func unknownIf(uncertain bool, err error) error {
 }
 
 // run is the retry loop shared by Update, View and Size. attempt runs one try
-// on tr and reports whether it got as far as committing.
-func (d *DB) run(ctx context.Context, attempt func(tr fdbgo.Transaction) (committing bool, err error)) error {
+// on tr and reports whether it got as far as committing; f is the
+// freshness its first attempt's read version needs.
+func (d *DB) run(ctx context.Context, f storage.Freshness, attempt func(tr fdbgo.Transaction) (committing bool, err error)) error {
 	if err := d.enter(ctx); err != nil {
 		return err
 	}
@@ -435,8 +448,12 @@ func (d *DB) run(ctx context.Context, attempt func(tr fdbgo.Transaction) (commit
 		if err := stopped(ctx, d.closing); err != nil {
 			return unknownIf(uncertain, err)
 		}
-		committing, err := false, d.readVersion(tr)
-		if err == nil {
+		committing, err := false, d.attemptVersion(ctx, tr, f == storage.Recent && retries == 0)
+		if err != nil {
+			if stop := stopped(ctx, d.abort); stop != nil {
+				return unknownIf(uncertain, stop)
+			}
+		} else {
 			committing, err = attempt(tr)
 		}
 		if err == nil {
@@ -469,29 +486,12 @@ func (d *DB) run(ctx context.Context, attempt func(tr fdbgo.Transaction) (commit
 	}
 }
 
-// readVersion gets the attempt's read version before its first read (the
-// reads would wait for it anyway), timing it and watching for recoveries.
-func (d *DB) readVersion(tr fdbgo.Transaction) error {
-	start := d.now()
-	rv, err := tr.GetReadVersion().Get()
-	if err != nil {
-		return mapError(err)
-	}
-	now := d.now()
-	o := d.observe()
-	o.ObserveFDBReadVersion(now.Sub(start))
-	if d.versions.recovered(rv, now) {
-		o.ObserveFDBRecovery()
-	}
-	return nil
-}
-
 // --- Update and View ------------------------------------------------------------
 
 // Update runs fn in a read-write transaction and commits it, retrying as the
 // package documentation describes.
 func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
-	return d.run(ctx, func(tr fdbgo.Transaction) (bool, error) {
+	return d.run(ctx, storage.Latest, func(tr fdbgo.Transaction) (bool, error) {
 		t := &tx{d: d, tr: tr, r: tr}
 		if err := fn(t); err != nil {
 			return false, err
@@ -505,6 +505,10 @@ func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 		if err != nil {
 			return true, mapError(err)
 		}
+		if cv, err := tr.GetCommittedVersion(); err == nil && cv > 0 {
+			// Recent Views read this commit (a read-only one has no version).
+			d.latest.saw(cv, start)
+		}
 		if d.commitHook != nil {
 			if err := d.commitHook(); err != nil {
 				return true, mapError(err)
@@ -516,7 +520,7 @@ func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 
 // View runs fn in a read-only transaction (snapshot reads, never committed).
 func (d *DB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
-	return d.run(ctx, func(tr fdbgo.Transaction) (bool, error) {
+	return d.run(ctx, storage.FreshnessOf(ctx), func(tr fdbgo.Transaction) (bool, error) {
 		return false, fn(&tx{d: d, tr: tr, r: tr.Snapshot()})
 	})
 }
@@ -533,7 +537,7 @@ func (d *DB) Size() (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var n int64
-	err := d.run(ctx, func(tr fdbgo.Transaction) (bool, error) {
+	err := d.run(ctx, storage.Latest, func(tr fdbgo.Transaction) (bool, error) {
 		kr := fdbgo.KeyRange{Begin: fdbgo.Key(d.prefix), End: fdbgo.Key(d.prefixEnd)}
 		est, err := tr.GetEstimatedRangeSizeBytes(kr).Get()
 		if err != nil {
@@ -565,7 +569,7 @@ func (d *DB) RangeSize(begin, end []byte) (int64, error) {
 	defer cancel()
 	begin, end = clip(begin), clip(end)
 	var n int64
-	err := d.run(ctx, func(tr fdbgo.Transaction) (bool, error) {
+	err := d.run(ctx, storage.Latest, func(tr fdbgo.Transaction) (bool, error) {
 		kr := fdbgo.KeyRange{Begin: fdbgo.Key(d.key(begin)), End: fdbgo.Key(d.key(end))}
 		est, err := tr.GetEstimatedRangeSizeBytes(kr).Get()
 		if err != nil {

@@ -16,8 +16,9 @@ type Observer interface {
 	ObserveFDBRetry(code int, err error)
 	// ObserveFDBCommit: one commit took took; err is its error, or nil.
 	ObserveFDBCommit(took time.Duration, err error)
-	// ObserveFDBReadVersion: one transaction waited took for its read
-	// version (the GRV round trip to FoundationDB's proxies).
+	// ObserveFDBReadVersion: one read version request (the GRV round trip
+	// to FoundationDB's proxies, shared by the transactions that joined
+	// it) took took.
 	ObserveFDBReadVersion(took time.Duration)
 	// ObserveFDBRecovery: a read version showed that the cluster went
 	// through a recovery since the previous one.

@@ -23,6 +23,7 @@ type memDB struct {
 
 	mu       sync.Mutex
 	state    map[string][]byte // published; never modified
+	previous map[string][]byte // the state before the last commit (recentStale)
 	notify   chan struct{}
 	isClosed bool
 	closed   chan struct{}
@@ -66,6 +67,7 @@ type mutant struct {
 	panicAfterClose bool // calls after Close panic (like Pebble itself)
 	scanNoStop      bool // Scan ignores fn returning false
 	scanNilEnd      bool // Scan treats a nil end as +inf
+	recentStale     bool // a Recent View reads the state before the last commit
 
 	// Allowed behaviours the suite must accept.
 	repeatCommits bool // fn runs again after its commit (commit unknown result)
@@ -99,9 +101,18 @@ func (d *memDB) snapshot() map[string][]byte {
 	return d.state
 }
 
+func (d *memDB) stale() map[string][]byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.previous == nil {
+		return d.state
+	}
+	return d.previous
+}
+
 func (d *memDB) publish(next map[string][]byte) {
 	d.mu.Lock()
-	d.state = next
+	d.previous, d.state = d.state, next
 	if !d.m.waitNoWake {
 		close(d.notify)
 		d.notify = make(chan struct{})
@@ -168,6 +179,9 @@ func (d *memDB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
 			return err
 		}
 		t := &memTx{d: d, base: d.snapshot(), view: true}
+		if d.m.recentStale && storage.FreshnessOf(ctx) == storage.Recent {
+			t.base = d.stale()
+		}
 		t.work = t.base
 		err := fn(t)
 		if err == nil || !storage.Retryable(err) || d.m.noViewRetry {

@@ -78,6 +78,7 @@ var tests = []test{
 	{"MaxSizes", testMaxSizes},
 	{"LargeTransaction", testLargeTransaction},
 	{"WaitChangeImmediate", testWaitChangeImmediate},
+	{"RecentViewMonotonic", testRecentViewMonotonic},
 	{"WaitChangeBlocksUntilCommit", testWaitChangeBlocks},
 	{"WaitChangeAbsent", testWaitChangeAbsent},
 	{"WaitChangeContext", testWaitChangeContext},
@@ -1555,6 +1556,35 @@ func mustReturn(t *testing.T, done <-chan error, what string) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("%s did not return after a commit changed the value", what)
+	}
+}
+
+// testRecentViewMonotonic: a Recent View reads every commit the DB has
+// made, and nothing older than what a View of the DB has already read.
+func testRecentViewMonotonic(t *testing.T, db storage.DB) {
+	recent := storage.WithFreshness(testCtx(t), storage.Recent)
+	if storage.FreshnessOf(testCtx(t)) != storage.Latest || storage.FreshnessOf(recent) != storage.Recent {
+		t.Fatal("FreshnessOf does not return what WithFreshness set, or Latest by default")
+	}
+	for i := range 20 {
+		want := fmt.Sprint(i)
+		update(t, db, func(tx storage.Tx) error {
+			tx.Set(b("n"), b(want))
+			return nil
+		})
+		for _, ctx := range []context.Context{recent, testCtx(t), recent} {
+			var got []byte
+			if err := db.View(ctx, func(tx storage.ReadTx) error {
+				var err error
+				got, err = tx.Get(b("n"))
+				return err
+			}); err != nil {
+				t.Fatalf("View: %v", err)
+			}
+			if string(got) != want {
+				t.Fatalf("View (%v) after commit %s read %q", storage.FreshnessOf(ctx), want, got)
+			}
+		}
 	}
 }
 
