@@ -1253,6 +1253,10 @@ func testViewConsistentUnderWrites(t *testing.T, db storage.DB) {
 	ctx := testCtx(t)
 	put(t, db, "a", "0", "b", "0", "c", "0")
 	const writers, readers, writes = 2, 2, 150
+	// The writers start once a reader runs: on a loaded machine they could
+	// otherwise finish before any reader was scheduled.
+	reading := make(chan struct{})
+	var readingOnce sync.Once
 	var (
 		wg      sync.WaitGroup
 		stop    atomic.Bool
@@ -1271,6 +1275,7 @@ func testViewConsistentUnderWrites(t *testing.T, db storage.DB) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-reading
 			for i := range writes {
 				v := b(fmt.Sprintf("w%d-%d", w, i))
 				err := db.Update(ctx, func(tx storage.Tx) error {
@@ -1292,6 +1297,7 @@ func testViewConsistentUnderWrites(t *testing.T, db storage.DB) {
 		rwg.Add(1)
 		go func() {
 			defer rwg.Done()
+			readingOnce.Do(func() { close(reading) })
 			for !stop.Load() {
 				err := db.View(ctx, func(tx storage.ReadTx) error {
 					a, err := tx.Get(b("a"))
