@@ -88,7 +88,7 @@ endif
 # FDB_PKGS are the packages whose tests run on FoundationDB under test-fdb:
 # the backend's own tests, and the suites above the storage interface, which
 # open their store through internal/testdb.
-FDB_PKGS   := ./internal/fdbserver/... ./storage/fdb/... ./mvcc/... ./snapshot/... ./watchhub/... ./owner/... ./lease/... ./server/... ./cmd/...
+FDB_PKGS   := ./internal/fdbserver/... ./internal/groupcommit/... ./storage/fdb/... ./revision/... ./mvcc/... ./snapshot/... ./watchhub/... ./owner/... ./lease/... ./server/... ./tenant/... ./migrate/... ./cmd/...
 FDB_MISSING = $(shell PATH='$(PATH)'; \
 	if [ -z "$(FDB_FOUND)" ]; then echo "no FDB_HOME, no $(FDB_SYSTEM_LIB) with headers, no $(FDB_SIBLING)"; \
 	elif [ ! -e "$(FDB_LIB)" ]; then echo "$(FDB_LIB) not found"; \
