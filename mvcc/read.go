@@ -216,18 +216,6 @@ func resolveValues(tx storage.ReadTx, es []*entry) error {
 	return readChunks(tx, chunked)
 }
 
-// readVersionRecords reads, in one batch, the version record of each entry whose
-// value is still to be read and whose version is not known yet.
-func readVersionRecords(tx storage.ReadTx, es []*entry) error {
-	var need []*entry
-	for _, e := range es {
-		if !e.has && e.ver == nil {
-			need = append(need, e)
-		}
-	}
-	return readLiveVersions(tx, need)
-}
-
 // readChunks reads, in one batch, the chunks after the first of values
 // split over several, and joins each value.
 func readChunks(tx storage.ReadTx, chunked []*entry) error {
@@ -273,11 +261,12 @@ func (e *entry) kv(withValue bool) *mvccpb.KeyValue {
 	return kv
 }
 
-// scanVersionsMin is the fewest version records readLiveVersions reads with a
-// range read rather than point reads.
+// scanVersionsMin is the fewest version records readVersionRecords reads
+// with a range read rather than point reads.
 const scanVersionsMin = 32
 
-// readLiveVersions reads the version records of es from history. Many records
+// readVersionRecords reads from history the version record of each entry
+// whose value is still to be read and whose version is not known yet. Many records
 // (a LIST's page) are read with one range read over the history of their
 // keys, from the first wanted record to the last: FoundationDB serves a
 // range of rows for little more than one point read, where thousands of
@@ -285,15 +274,21 @@ const scanVersionsMin = 32
 // keys took five times as long as the same bytes read as ranges). The
 // rows between the wanted ones are other retained versions; the range
 // read is bounded, and what it did not reach is read by key.
-func readLiveVersions(tx storage.ReadTx, es []*entry) error {
-	if len(es) >= scanVersionsMin {
-		if err := scanVersions(tx, es); err != nil {
+func readVersionRecords(tx storage.ReadTx, es []*entry) error {
+	var missing []*entry
+	for _, e := range es {
+		if !e.has && e.ver == nil {
+			missing = append(missing, e)
+		}
+	}
+	if len(missing) >= scanVersionsMin {
+		if err := scanVersions(tx, missing); err != nil {
 			return err
 		}
 	}
 	var need []*entry
 	var keys [][]byte
-	for _, e := range es {
+	for _, e := range missing {
 		if e.ver == nil {
 			need = append(need, e)
 			keys = append(keys, keyspace.History(e.key, e.meta.ModRev))
