@@ -128,9 +128,12 @@ type Hub struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	rev      int64         // every revision <= rev has been dispatched
-	head     int64         // the newest committed revision the hub knows of
+	mu   sync.Mutex
+	rev  int64 // every revision <= rev has been dispatched
+	head int64 // the newest committed revision the hub knows of
+	// wake ends the tail's wait for the store's next commit (learnHead);
+	// nil while the tail is not waiting.
+	wake     context.CancelFunc
 	advanced chan struct{} // closed and replaced whenever rev advances
 	idx      *index
 	streams  map[*Stream]struct{}                         // open streams
@@ -290,7 +293,7 @@ func (h *Hub) run() {
 // later starts after h.rev or catches up from the log itself, so moving
 // h.rev loses nothing. ok is false once the hub stops.
 func (h *Hub) awaitHead() (head int64, read, ok bool) {
-	head, err := h.src.WaitRev(h.ctx, h.rev)
+	head, err := h.waitHead()
 	if err != nil {
 		if h.ctx.Err() != nil {
 			return head, false, false
@@ -309,6 +312,48 @@ func (h *Hub) awaitHead() (head int64, read, ok bool) {
 		h.answer(st)
 	}
 	return head, false, true
+}
+
+// waitHead waits for a commit past h.rev: the store's change notification,
+// or a newer head that a read outside the tail learned meanwhile
+// (learnHead), whichever comes first.
+func (h *Hub) waitHead() (int64, error) {
+	h.mu.Lock()
+	after := h.rev
+	if h.head > after {
+		defer h.mu.Unlock()
+		return h.head, nil
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	defer cancel()
+	h.wake = cancel
+	h.mu.Unlock()
+	head, err := h.src.WaitRev(ctx, after)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.wake = nil
+	if err != nil && h.ctx.Err() == nil && h.head > after {
+		return h.head, nil
+	}
+	return head, err
+}
+
+// learnHead records a committed revision that a read outside the tail (a
+// progress request's read of the head) found. Past what the hub knows, it
+// ends the tail's wait at once: on a store other processes write, the
+// change notification of their commits (on FoundationDB a watch firing,
+// ~15 ms on a small cluster) would otherwise hold every progress answer
+// that waits for the hub for that long after the head was read. The
+// caller holds mu.
+func (h *Hub) learnHead(head int64) {
+	if head <= h.head {
+		return
+	}
+	h.head = head
+	if h.wake != nil {
+		h.wake()
+		h.wake = nil
+	}
 }
 
 // readBatch reads the next batch of the revision log, dispatches it and

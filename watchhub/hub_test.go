@@ -630,3 +630,79 @@ func TestStopEndsGoroutines(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// deafSource is a store whose commit notifications never arrive, as on a
+// store another process writes when its change notification is slow (an
+// FDB watch that has not fired yet).
+type deafSource struct{ *gatedSource }
+
+func (d deafSource) WaitRev(ctx context.Context, after int64) (int64, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// A newer head that a progress request's read of the store found ends the
+// hub's wait for the store's change notification: the answer that waits
+// for the hub to dispatch a revision the stream watches comes once the hub
+// has read it, not when the notification of another process's commit
+// finally arrives.
+func TestProgressHeadReadWakesTheHub(t *testing.T) {
+	s := newStore(t)
+	g := &gatedSource{Store: s}
+	served := &progress.Served{}
+	h := newHub(t, deafSource{g}, Config{Served: served})
+	ctx := context.Background()
+	st := h.NewStream()
+	if err := st.Watch(ctx, Options{Key: []byte("busy/"), End: []byte("busy0")}); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, st, func(r Response) bool { return r.Kind == KindCreated })
+	R := putKey(t, s, "busy/1", "1") // committed by another process
+	if err := st.RequestProgress(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	drain(t, st, func(r Response) bool {
+		switch r.Kind {
+		case KindEvents:
+			got = append(got, fmt.Sprintf("events@%d", r.Events[0].Rev()))
+		case KindProgress:
+			got = append(got, fmt.Sprintf("progress@%d", r.Rev))
+		}
+		return r.Kind == KindProgress && r.Rev >= R
+	})
+	if want := fmt.Sprintf("[progress@%d events@%d progress@%d]", R-1, R, R); fmt.Sprint(got) != want {
+		t.Fatalf("got %v, want %s", got, want)
+	}
+}
+
+// A progress request that finds the hub behind a revision the process has
+// told a client of (Served) sets the hub reading it at once, while the
+// request's own read of the head is still under way.
+func TestProgressBehindServedWakesTheHub(t *testing.T) {
+	s := newStore(t)
+	g := &gatedSource{Store: s}
+	served := &progress.Served{}
+	h := newHub(t, deafSource{g}, Config{Served: served})
+	ctx := context.Background()
+	st := h.NewStream()
+	if err := st.Watch(ctx, Options{Key: []byte("busy/"), End: []byte("busy0")}); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, st, func(r Response) bool { return r.Kind == KindCreated })
+	R := putKey(t, s, "busy/1", "1")
+	served.Observe(R)
+	g.holdProbes()
+	done := make(chan error, 1)
+	go func() { done <- st.RequestProgress(ctx) }()
+	drain(t, st, func(r Response) bool {
+		if r.Kind != KindEvents || r.Events[0].Rev() != R {
+			t.Fatalf("with the head read held: %+v, want the events of %d", r, R)
+		}
+		return true
+	})
+	g.releaseProbes()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -304,6 +304,11 @@ func (st *Stream) RequestProgress(ctx context.Context) error {
 		h.mu.Unlock()
 		return nil
 	}
+	if h.cfg.Served != nil {
+		// A revision this process told a client of is committed: the hub
+		// reads it now, while this request reads the head.
+		h.learnHead(h.cfg.Served.Load())
+	}
 	from := h.rev + 1
 	h.mu.Unlock()
 	b, err := h.readHead(ctx, from)
@@ -329,6 +334,7 @@ func (h *Hub) readHead(ctx context.Context, from int64) (mvcc.EventBatch, error)
 // (owed false) needs another answer only for a head newer than any the
 // stream was promised. The caller holds mu.
 func (h *Hub) answerAtHead(st *Stream, b mvcc.EventBatch, whole, owed bool) {
+	h.learnHead(b.Head)
 	if st.closed || len(st.watchers) == 0 || (!owed && b.Head <= st.progressRev) {
 		return
 	}
