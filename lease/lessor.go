@@ -93,7 +93,8 @@ type Config struct {
 	// so that back-to-back keep-alives are answered from a read; capped at
 	// TTL/4 per lease. Default 1 s; negative means none.
 	RenewSlack time.Duration
-	// WriteBatch bounds the grants and renewals in one group commit.
+	// WriteBatch bounds the grants and renewals in one group commit, and
+	// the keep-alives that share one read of their records.
 	WriteBatch int
 	// ExpireBatch bounds the leases one expiry pass handles before it
 	// re-reads the index; ExpireConcurrency the revokes in flight.
@@ -160,6 +161,7 @@ type Lessor struct {
 	owner *owner.Elector
 
 	writes   *groupcommit.Queue[*writeReq, writeRes] // grants and renewals
+	reads    *groupcommit.Queue[int64, recordRead]   // keep-alives' reads of their records
 	stop     chan struct{}
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -185,6 +187,7 @@ func New(store Revoker, own *owner.Elector, cfg Config) *Lessor {
 	l := &Lessor{
 		cfg: cfg, lg: cfg.Logger, clock: cfg.Clock, store: store, db: store.DB(), owner: own,
 		writes: groupcommit.New[*writeReq, writeRes](groupcommit.Limits{MaxBatch: cfg.WriteBatch}, ErrStopped),
+		reads:  newReadQueue(cfg.WriteBatch),
 		stop:   make(chan struct{}),
 		ctx:    ctx, cancel: cancel,
 	}
@@ -200,6 +203,7 @@ func (l *Lessor) Stop() {
 		close(l.stop)
 		l.cancel()
 		l.writes.Stop()
+		l.reads.Stop()
 		l.wg.Wait()
 	})
 }
@@ -324,29 +328,19 @@ func (l *Lessor) Renew(ctx context.Context, id int64) (ttl, rev int64, err error
 	}
 }
 
-// readRecord reads lease id's stored record and the current revision; an
-// absent record is ErrLeaseNotFound.
+// readRecord reads lease id's stored record and the current revision, in
+// a read shared with the concurrent keep-alives; an absent record is
+// ErrLeaseNotFound.
 func (l *Lessor) readRecord(ctx context.Context, id int64) (raw []byte, rec record, rev int64, err error) {
-	err = l.db.View(ctx, func(tx storage.ReadTx) error {
-		vals, err := tx.GetMany([][]byte{keyspace.Lease(id), keyspace.Head})
-		if err != nil {
-			return err
-		}
-		h, err := revision.DecodeHead(vals[1])
-		if err != nil {
-			return err
-		}
-		rev, raw = h.Rev, vals[0]
-		return nil
-	})
+	r, err := l.readRecordShared(ctx, id)
 	if err != nil {
-		return nil, record{}, rev, err
+		return nil, record{}, 0, err
 	}
-	if raw == nil {
-		return nil, record{}, rev, ErrLeaseNotFound
+	if r.raw == nil {
+		return nil, record{}, r.rev, ErrLeaseNotFound
 	}
-	rec, err = decodeRecord(raw)
-	return raw, rec, rev, err
+	rec, err = decodeRecord(r.raw)
+	return r.raw, rec, r.rev, err
 }
 
 // stoppedOr is ErrStopped once Stop has begun (it cancels calls in

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/owner"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/faulty"
+	"github.com/fdb-etcd/fdb-etcd/storage/opcount"
 	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
 )
 
@@ -989,5 +991,61 @@ func TestOwnershipIgnoresClockSkew(t *testing.T) {
 	}
 	if own, epoch := a.l.Owner(); !own || epoch != 1 {
 		t.Fatalf("a: owner %t epoch %d, want still epoch 1", own, epoch)
+	}
+}
+
+// TestKeepAlivesShareOneRead: keep-alives that arrive while a read of
+// lease records is in progress share the next one, one transaction for all
+// of them, and each gets its own lease's answer.
+func TestKeepAlivesShareOneRead(t *testing.T) {
+	db := opcount.Wrap(testdb.Open(t))
+	w := newWorld(t, db)
+	n := w.add(Config{})
+	const leases = 16
+	for id := int64(1); id <= leases; id++ {
+		n.grant(t, id, 10+id)
+	}
+	// Hold the lead of the read queue, so that the keep-alives queue up.
+	held, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		_, _ = n.l.reads.Do(ctx(t), 0, 0, func(batch []*readWaiter) {
+			close(held)
+			<-release
+			for _, w := range batch {
+				w.Answer(recordRead{}, nil)
+			}
+		})
+	}()
+	<-held
+	type answer struct {
+		id, ttl int64
+		err     error
+	}
+	answers := make(chan answer, leases+1)
+	var started sync.WaitGroup
+	for id := int64(1); id <= leases+1; id++ { // and one lease never granted
+		started.Add(1)
+		go func() {
+			started.Done()
+			ttl, _, err := n.l.Renew(ctx(t), id)
+			answers <- answer{id, ttl, err}
+		}()
+	}
+	started.Wait()
+	db.Reset()
+	close(release)
+	for range leases + 1 {
+		a := <-answers
+		switch {
+		case a.id > leases && !errors.Is(a.err, ErrLeaseNotFound):
+			t.Errorf("keep-alive of unknown lease %d: ttl %d, %v", a.id, a.ttl, a.err)
+		case a.id <= leases && (a.err != nil || a.ttl != 10+a.id):
+			t.Errorf("keep-alive of lease %d: ttl %d, %v; want %d", a.id, a.ttl, a.err, 10+a.id)
+		}
+	}
+	// Those that queued while the lead was held share one transaction;
+	// a straggler still on its way then shares the next.
+	if c := db.Reset(); c.Attempts > leases/4 || c.Commits != 0 {
+		t.Fatalf("%d keep-alives took %v, want at most %d read-only transactions", leases+1, c, leases/4)
 	}
 }

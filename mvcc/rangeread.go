@@ -216,7 +216,7 @@ func (q *rangeScan) firstReads(first bool) firstReads {
 	atHead := r.Revision <= 0 && !r.CountOnly
 	switch {
 	case q.end == nil:
-		return firstReads{key: r.Key, newest: atHead && !r.KeysOnly}
+		return firstReads{key: r.Key, atHead: atHead && !r.KeysOnly}
 	case !first || !atHead || len(q.end) > 0 && bytes.Compare(q.cursor, q.end) >= 0:
 		return firstReads{}
 	}
@@ -244,10 +244,7 @@ func (q *rangeScan) collect(tx storage.ReadTx, res *pageResult, scanCount bool, 
 		return scanCount || want()
 	}
 	if q.end == nil {
-		e, err := entryAt(tx, q.r.Key, key.latest, res.rev)
-		if err == nil {
-			err = key.withVersion(e)
-		}
+		e, err := key.entry(tx, q.r.Key, res.rev)
 		if e != nil {
 			visit(e.key, e.meta, e.ver)
 		}

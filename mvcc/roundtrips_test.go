@@ -21,8 +21,8 @@ import (
 var updateGolden = flag.Bool("update", false, "rewrite the golden files")
 
 // TestRoundTripsPerRequest pins the FoundationDB work of each kind of etcd
-// request on a warm store: read versions, sequential read round trips,
-// commits, and the keys and bytes each reads and writes. A change that adds
+// request on a warm store: read versions, sequential read round trips, read
+// requests, commits, and the keys and bytes each writes. A change that adds
 // a round trip or a key per revision changes testdata/roundtrips.golden, so
 // it is seen in review instead of surfacing as a slower benchmark. Rewrite
 // the file with -update. The counts are the store's; the watch hub's tail
@@ -103,8 +103,8 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		c := db.Reset()
 		// Keys and bytes read depend on the backend's page sizes; the
 		// round trips and what is written do not.
-		fmt.Fprintf(&b, "%s: round_trips=%d attempts=%d read_versions=%d read_rounds=%d commits=%d keys_written=%d bytes_written=%d\n",
-			st.name, c.RoundTrips(), c.Attempts, c.ReadVersions, c.ReadRounds, c.Commits, c.KeysWritten, c.BytesWritten)
+		fmt.Fprintf(&b, "%s: round_trips=%d attempts=%d read_versions=%d read_rounds=%d reads=%d commits=%d keys_written=%d bytes_written=%d\n",
+			st.name, c.RoundTrips(), c.Attempts, c.ReadVersions, c.ReadRounds, c.Reads, c.Commits, c.KeysWritten, c.BytesWritten)
 		t.Logf("%s: %v", st.name, c)
 	}
 	golden := "roundtrips.golden"

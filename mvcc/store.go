@@ -154,20 +154,24 @@ func readState(tx storage.ReadTx) (revision.Head, compaction, error) {
 }
 
 // keyAtHead is what a single-key read learns in the round trip that reads
-// the state: the key's latest entry, and, when asked for, the newest
-// version in its history — at the head, usually the live one, whose value
-// then needs no round trip of its own.
+// the state: the key's latest entry (latestRead), or, read at the head, the
+// newest version in its history — usually the live one, whose value then
+// needs no round trip of its own.
 type keyAtHead struct {
-	latest []byte
-	newest *storage.KeyValue
+	latest     []byte
+	latestRead bool
+	newest     *storage.KeyValue
 }
 
 // firstReads names what a read transaction fetches in the round trip that
 // reads the head and the compaction record, so that it waits for no round
 // trip of its own to find its keys.
 type firstReads struct {
-	key    []byte             // a single key: its latest entry
-	newest bool               // and the newest version in its history
+	key []byte // a single key: its latest entry
+	// atHead: key is read at the head, from the newest version in its
+	// history instead of its latest entry, and without the compaction
+	// record, which never passes the head.
+	atHead bool
 	index  *storage.RangeRead // a range read at the head: its first index entries
 }
 
@@ -179,17 +183,25 @@ type firstRead struct {
 	index []storage.KeyValue
 }
 
-// readFirst reads the state and what want names in one round trip.
+// readFirst reads the state and what want names in one round trip. A
+// single key read at the head costs two reads (the head and the key's
+// newest version) instead of four: on FoundationDB each read is a request
+// that the client's one network thread and the storage server handle, and
+// those requests, not the round trip, bound how many Ranges a process
+// serves.
 func readFirst(tx storage.ReadTx, want firstReads) (firstRead, error) {
 	var f firstRead
-	keys := [][]byte{keyspace.Head, keyspace.Compaction}
-	var ranges []storage.RangeRead
-	if want.key != nil {
-		keys = append(keys, keyspace.Latest(want.key))
-		if want.newest {
-			p := keyspace.HistoryPrefix(want.key)
-			ranges = append(ranges, storage.RangeRead{Begin: p, End: storage.Strinc(p), Opt: storage.RangeOptions{Limit: 1, Reverse: true}})
+	keys := [][]byte{keyspace.Head}
+	if !want.atHead {
+		keys = append(keys, keyspace.Compaction)
+		if want.key != nil {
+			keys = append(keys, keyspace.Latest(want.key))
 		}
+	}
+	var ranges []storage.RangeRead
+	if want.atHead {
+		p := keyspace.HistoryPrefix(want.key)
+		ranges = append(ranges, storage.RangeRead{Begin: p, End: storage.Strinc(p), Opt: storage.RangeOptions{Limit: 1, Reverse: true}})
 	}
 	if want.index != nil {
 		ranges = append(ranges, *want.index)
@@ -201,14 +213,17 @@ func readFirst(tx storage.ReadTx, want firstReads) (firstRead, error) {
 	if f.head, err = revision.DecodeHead(vals[0]); err != nil {
 		return f, err
 	}
+	if want.atHead {
+		if len(kvs[0]) == 1 {
+			f.key.newest = &kvs[0][0]
+		}
+		return f, nil
+	}
 	if f.comp, err = decodeCompaction(vals[1]); err != nil {
 		return f, err
 	}
 	if want.key != nil {
-		f.key.latest = vals[2]
-		if want.newest && len(kvs[0]) == 1 {
-			f.key.newest = &kvs[0][0]
-		}
+		f.key.latest, f.key.latestRead = vals[2], true
 	}
 	if want.index != nil {
 		f.index = kvs[len(kvs)-1]
@@ -216,18 +231,33 @@ func readFirst(tx storage.ReadTx, want firstReads) (firstRead, error) {
 	return f, nil
 }
 
-// withVersion gives e the version record the state's round trip read when
-// that is e's version, so that its value needs no read of its own.
-func (k keyAtHead) withVersion(e *entry) error {
-	if e == nil || e.ver != nil || k.newest == nil || !bytes.Equal(k.newest.Key, keyspace.History(e.key, e.meta.ModRev)) {
-		return nil
+// entry is key's entry at rev, from what the state's round trip read of it.
+// Without its latest entry, the newest version in its history is the one
+// live at rev (the head) when it is not newer: every write puts a key's
+// version in history in the transaction that writes its latest entry, and
+// compaction keeps a key's newest version, or drops a deleted key's history
+// with its latest entry, in one transaction. A newer one is a staged
+// delete's tombstone, written above the head before the delete is
+// published; then the latest entry, read now, tells.
+func (k keyAtHead) entry(tx storage.ReadTx, key []byte, rev int64) (*entry, error) {
+	if k.latestRead {
+		return entryAt(tx, key, k.latest, rev)
+	}
+	if k.newest == nil {
+		return nil, nil
+	}
+	_, modRev, err := keyspace.ParseHistory(k.newest.Key)
+	if err != nil {
+		return nil, err
+	}
+	if modRev > rev {
+		return getAt(tx, key, rev, nil)
 	}
 	v, err := decodeVersion(k.newest.Value)
-	if err != nil {
-		return err
+	if err != nil || v.Tombstone {
+		return nil, err
 	}
-	e.ver = &v
-	return nil
+	return &entry{key: bytes.Clone(key), meta: v.Meta(modRev), ver: &v}, nil
 }
 
 func leaseExistsIn(tx storage.ReadTx) func(int64) (bool, error) {

@@ -719,13 +719,24 @@ func (t *tx) GetMany(keys [][]byte) ([][]byte, error) {
 	if t.err != nil {
 		return nil, t.err
 	}
+	return waitAll(t.issue(keys))
+}
+
+// issue starts the point reads of keys; a key longer than maxKeySize has
+// no future (no such key exists).
+func (t *tx) issue(keys [][]byte) []fdbgo.FutureByteSlice {
 	futures := make([]fdbgo.FutureByteSlice, len(keys))
 	for i, k := range keys {
 		if len(k) <= maxKeySize {
 			futures[i] = t.r.Get(fdbgo.Key(t.d.key(k)))
 		}
 	}
-	out := make([][]byte, len(keys))
+	return futures
+}
+
+// waitAll waits for every future and returns their values.
+func waitAll(futures []fdbgo.FutureByteSlice) ([][]byte, error) {
+	out := make([][]byte, len(futures))
 	var first error
 	for i, f := range futures {
 		if f == nil {
@@ -744,24 +755,30 @@ func (t *tx) GetMany(keys [][]byte) ([][]byte, error) {
 }
 
 // ReadBatch issues every read before waiting for any, so that they take
-// one round trip: the points as GetMany does, each range on a goroutine of
-// its own, since the binding starts a range read only when it is waited for
-// (a transaction is safe for concurrent use). It returns once all are done.
+// one round trip: the points first, then the ranges, since the binding
+// starts a range read only when it is waited for — the first on the
+// caller's goroutine, each other on a goroutine of its own (a transaction
+// is safe for concurrent use). A one-key Range reads one range, so it
+// hands nothing to another goroutine. It returns once all are done.
 func (t *tx) ReadBatch(keys [][]byte, ranges []storage.RangeRead) ([][]byte, [][]storage.KeyValue, error) {
 	if t.err != nil {
 		return nil, nil, t.err
 	}
+	futures := t.issue(keys)
 	out := make([][]storage.KeyValue, len(ranges))
 	errs := make([]error, len(ranges))
 	var wg sync.WaitGroup
-	for i, r := range ranges {
+	for i := 1; i < len(ranges); i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i], errs[i] = t.GetRange(r.Begin, r.End, r.Opt)
+			out[i], errs[i] = t.GetRange(ranges[i].Begin, ranges[i].End, ranges[i].Opt)
 		}()
 	}
-	vals, err := t.GetMany(keys)
+	if len(ranges) > 0 {
+		out[0], errs[0] = t.GetRange(ranges[0].Begin, ranges[0].End, ranges[0].Opt)
+	}
+	vals, err := waitAll(futures)
 	wg.Wait()
 	if err != nil {
 		return nil, nil, err

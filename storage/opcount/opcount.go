@@ -27,6 +27,11 @@ type Counts struct {
 	Attempts     int // transaction functions run (Update and View, retries included)
 	ReadVersions int // attempts that read or wrote
 	ReadRounds   int // sequential read round trips
+	// Reads are the read requests sent: each key a Get or GetMany reads
+	// from the cluster, each GetRange and Scan. Each is a message the
+	// client's network thread and a storage server handle, so they bound
+	// throughput where round trips bound latency.
+	Reads        int
 	Commits      int // attempts that wrote
 	KeysRead     int
 	BytesRead    int
@@ -39,14 +44,15 @@ type Counts struct {
 func (c Counts) RoundTrips() int { return c.ReadVersions + c.ReadRounds + c.Commits }
 
 func (c Counts) String() string {
-	return fmt.Sprintf("round_trips=%d attempts=%d read_versions=%d read_rounds=%d commits=%d keys_read=%d bytes_read=%d keys_written=%d bytes_written=%d",
-		c.RoundTrips(), c.Attempts, c.ReadVersions, c.ReadRounds, c.Commits, c.KeysRead, c.BytesRead, c.KeysWritten, c.BytesWritten)
+	return fmt.Sprintf("round_trips=%d attempts=%d read_versions=%d read_rounds=%d reads=%d commits=%d keys_read=%d bytes_read=%d keys_written=%d bytes_written=%d",
+		c.RoundTrips(), c.Attempts, c.ReadVersions, c.ReadRounds, c.Reads, c.Commits, c.KeysRead, c.BytesRead, c.KeysWritten, c.BytesWritten)
 }
 
 func (c *Counts) add(o Counts) {
 	c.Attempts += o.Attempts
 	c.ReadVersions += o.ReadVersions
 	c.ReadRounds += o.ReadRounds
+	c.Reads += o.Reads
 	c.Commits += o.Commits
 	c.KeysRead += o.KeysRead
 	c.BytesRead += o.BytesRead
@@ -166,6 +172,7 @@ func (t *tx) Get(key []byte) ([]byte, error) {
 	}
 	v, err := t.r.Get(key)
 	t.c.ReadRounds++
+	t.c.Reads++
 	t.learn(key)
 	if v != nil {
 		t.c.KeysRead++
@@ -190,6 +197,7 @@ func (t *tx) GetMany(keys [][]byte) ([][]byte, error) {
 			continue
 		}
 		t.learn(keys[i])
+		t.c.Reads++
 		if v != nil {
 			t.c.KeysRead++
 			t.c.BytesRead += len(keys[i]) + len(v)
@@ -201,6 +209,7 @@ func (t *tx) GetMany(keys [][]byte) ([][]byte, error) {
 func (t *tx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storage.KeyValue, error) {
 	kvs, err := t.r.GetRange(begin, end, opt)
 	t.c.ReadRounds++
+	t.c.Reads++
 	for _, kv := range kvs {
 		t.learn(kv.Key)
 		t.c.KeysRead++
@@ -237,6 +246,7 @@ type scanTx struct{ *tx }
 
 func (t scanTx) Scan(begin, end []byte, fn func(key, value []byte) bool) error {
 	t.c.ReadRounds++
+	t.c.Reads++
 	return t.r.(storage.Scanner).Scan(begin, end, func(k, v []byte) bool {
 		t.learn(k)
 		t.c.KeysRead++

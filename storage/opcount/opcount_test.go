@@ -58,7 +58,7 @@ func TestCountsFollowFoundationDBsClient(t *testing.T) {
 		_, err := tx.GetRange([]byte("a"), []byte("z"), storage.RangeOptions{})
 		return err
 	}))
-	if got, want := db.Reset(), (opcount.Counts{Attempts: 1, ReadVersions: 1, ReadRounds: 3, KeysRead: 4, BytesRead: 10}); got != want {
+	if got, want := db.Reset(), (opcount.Counts{Attempts: 1, ReadVersions: 1, ReadRounds: 3, Reads: 4, KeysRead: 4, BytesRead: 10}); got != want {
 		t.Fatalf("reads: %v, want %v", got, want)
 	}
 	// A key the attempt wrote or read is not read again; a GetMany of only
@@ -78,7 +78,7 @@ func TestCountsFollowFoundationDBsClient(t *testing.T) {
 		_, err := tx.Get([]byte("a"))
 		return err
 	}))
-	if got, want := db.Reset(), (opcount.Counts{Attempts: 1, ReadVersions: 1, ReadRounds: 1, Commits: 1, KeysRead: 1, BytesRead: 2, KeysWritten: 2, BytesWritten: 4}); got != want {
+	if got, want := db.Reset(), (opcount.Counts{Attempts: 1, ReadVersions: 1, ReadRounds: 1, Reads: 1, Commits: 1, KeysRead: 1, BytesRead: 2, KeysWritten: 2, BytesWritten: 4}); got != want {
 		t.Fatalf("cached reads: %v, want %v", got, want)
 	}
 	// Every attempt counts, the failed ones too.
@@ -92,7 +92,7 @@ func TestCountsFollowFoundationDBsClient(t *testing.T) {
 		}
 		return nil
 	}))
-	if got, want := db.Reset(), (opcount.Counts{Attempts: 3, ReadVersions: 3, ReadRounds: 3, KeysRead: 3, BytesRead: 6}); got != want {
+	if got, want := db.Reset(), (opcount.Counts{Attempts: 3, ReadVersions: 3, ReadRounds: 3, Reads: 3, KeysRead: 3, BytesRead: 6}); got != want {
 		t.Fatalf("retried view: %v, want %v", got, want)
 	}
 }
