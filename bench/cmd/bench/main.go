@@ -72,7 +72,7 @@ func parseFlags() (options, error) {
 	var srv, groups string
 	flag.StringVar(&srv, "servers", "", "comma-separated servers to run, in order, of "+strings.Join(servers.Known, ",")+
 		" (default all; those on FoundationDB only when "+servers.EnvClusterFile+" is set)")
-	flag.StringVar(&groups, "workloads", "all", "comma-separated workload groups: all or any of put,range,txn,list,watch,progress,rss,lease,large")
+	flag.StringVar(&groups, "workloads", "all", "comma-separated workload groups: all or any of put,range,txn,list,watch,progress,rss,lease,large,noisy")
 	flag.BoolVar(&o.quick, "quick", false, "small counts and short runs (CI smoke test)")
 	flag.StringVar(&o.out, "out", "results.md", "markdown output file (\"\" = stdout only)")
 	flag.StringVar(&o.jsonOut, "json", "", "also write raw results as JSON to this file")
@@ -300,6 +300,7 @@ func runServer(ctx context.Context, name, bin string, ws []workload.Workload, p 
 	}
 	var inst *servers.Instance
 	used := false
+	tenantInst := false // inst serves tenants
 	stopInst := func() {
 		if inst != nil {
 			if o.keep {
@@ -329,6 +330,14 @@ func runServer(ctx context.Context, name, bin string, ws []workload.Workload, p 
 			// The plain client serves no one: nothing to measure fresh.
 			fresh = fresh || !servers.IsRaw(name)
 		}
+		// A row of tenants gets a server of its own, started to serve
+		// them, and the next row a plain one again.
+		tw, tenanted := w.(workload.TenantServer)
+		if tenanted && !servers.SupportsTenancy(name) {
+			na(w, "no tenancy: "+name+" serves one keyspace")
+			continue
+		}
+		fresh = fresh || tenanted || tenantInst
 		if inst != nil && !inst.Alive() {
 			logf("[%s] server died; log tail:\n%s", name, inst.LogTail(20))
 			stopInst()
@@ -340,7 +349,12 @@ func runServer(ctx context.Context, name, bin string, ws []workload.Workload, p 
 			settleHost(o.settle)
 			var err error
 			t0 := time.Now()
-			inst, err = servers.Start(ctx, name, bin, servers.StartOptions{WorkDir: o.workDir, Keep: o.keep, Pprof: o.pprof, CPUs: o.serverCPUs})
+			so := servers.StartOptions{WorkDir: o.workDir, Keep: o.keep, Pprof: o.pprof, CPUs: o.serverCPUs}
+			if tenanted {
+				so.Tenancy, so.Args = true, tw.TenantServerArgs()
+			}
+			inst, err = servers.Start(ctx, name, bin, so)
+			tenantInst = tenanted
 			if err != nil {
 				logf("[%s] start failed: %v", name, err)
 				na(w, "server failed to start: "+firstLine(err.Error()))
@@ -370,7 +384,8 @@ func measure(ctx context.Context, name, bin string, inst *servers.Instance, w wo
 	if servers.IsRaw(name) {
 		res, err = runRaw(wctx, name, bin, inst, w, p)
 	} else {
-		res, err = w.Run(wctx, &workload.Env{Server: name, Endpoints: inst.Endpoints, PIDs: inst.PIDs(), P: p, Logf: logf})
+		res, err = w.Run(wctx, &workload.Env{Server: name, Endpoints: inst.Endpoints, PIDs: inst.PIDs(), P: p, Logf: logf,
+			ClientTLS: inst.ClientTLS})
 	}
 	if err != nil {
 		why := workload.ShortErr(err)
