@@ -65,6 +65,7 @@ type options struct {
 	settle       time.Duration
 	serverCPUs   string
 	watchRates   []int
+	noisySlots   []int
 }
 
 func parseFlags() (options, error) {
@@ -91,9 +92,10 @@ func parseFlags() (options, error) {
 	flag.StringVar(&o.serverCPUs, "server-cpus", "", "pin the servers to these CPUs with taskset (e.g. 0); run the harness itself under taskset on the others")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write the harness's own CPU profile (the load generator) to this file")
 	flag.DurationVar(&o.settle, "settle", 5*time.Second, "before each server start, flush dirty pages (sync) and wait this long, so one server's leftovers do not slow the next one's fsync-bound rows")
-	var watchers, rates string
+	var watchers, rates, noisySlots string
 	flag.StringVar(&watchers, "watchers", "", "override the watcher counts of the watch fan-out rows (comma-separated)")
 	flag.StringVar(&rates, "watch-rates", "", "override the write rates of the watch fan-out rows (comma-separated, writes/s)")
+	flag.StringVar(&noisySlots, "noisy-slots", "", "override the --tenant-max-concurrent-requests values the noisy rows run with (comma-separated; 0: no fair scheduler)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %v", flag.Args())
@@ -130,6 +132,9 @@ func parseFlags() (options, error) {
 	var err error
 	if o.watchers, err = parseInts(watchers); err != nil {
 		return o, fmt.Errorf("-watchers: %w", err)
+	}
+	if o.noisySlots, err = parseInts(noisySlots); err != nil {
+		return o, fmt.Errorf("-noisy-slots: %w", err)
 	}
 	if o.watchRates, err = parseInts(rates); err != nil {
 		return o, fmt.Errorf("-watch-rates: %w", err)
@@ -199,6 +204,9 @@ func run() error {
 	}
 	if len(o.watchers) > 0 {
 		p.Watchers = o.watchers
+	}
+	if len(o.noisySlots) > 0 {
+		p.NoisySlots = o.noisySlots
 	}
 	if len(o.watchRates) > 0 {
 		p.WatchRates = o.watchRates
