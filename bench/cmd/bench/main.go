@@ -133,7 +133,7 @@ func parseFlags() (options, error) {
 	if o.watchers, err = parseInts(watchers); err != nil {
 		return o, fmt.Errorf("-watchers: %w", err)
 	}
-	if o.noisySlots, err = parseInts(noisySlots); err != nil {
+	if o.noisySlots, err = parseIntsFrom(noisySlots, 0); err != nil {
 		return o, fmt.Errorf("-noisy-slots: %w", err)
 	}
 	if o.watchRates, err = parseInts(rates); err != nil {
@@ -157,15 +157,18 @@ func settleHost(d time.Duration) {
 }
 
 // parseInts parses a comma-separated list of positive integers.
-func parseInts(s string) ([]int, error) {
+func parseInts(s string) ([]int, error) { return parseIntsFrom(s, 1) }
+
+// parseIntsFrom parses a comma-separated list of integers >= least.
+func parseIntsFrom(s string, least int) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
 		if f = strings.TrimSpace(f); f == "" {
 			continue
 		}
 		n, err := strconv.Atoi(f)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
+		if err != nil || n < least {
+			return nil, fmt.Errorf("%q is not an integer >= %d", f, least)
 		}
 		out = append(out, n)
 	}
