@@ -24,6 +24,7 @@ func hold(t *testing.T, e *env, tenant string) *held {
 		rel, err := e.router.sched.Acquire(context.Background(), tenant, 1)
 		if err != nil {
 			t.Error(err)
+			rel = func() {}
 		}
 		h.release = rel
 		close(h.granted)
@@ -43,15 +44,13 @@ func waitWaiting(t *testing.T, e *env, n int) {
 	}
 }
 
-// TestFairTurns: once the process's slots are taken, a quiet tenant's put
-// runs after one more of the noisy tenant's requests, ahead of the noisy
-// tenant's others that came first; a put that waits past its deadline
-// fails with it.
-func TestFairTurns(t *testing.T) {
-	e := startRouter(t, false, func(c *Config) { c.Fair = fairsched.Config{Slots: 1} })
+// TestFairDeadline: a put that waits for a slot past its deadline fails
+// with it.
+func TestFairDeadline(t *testing.T) {
+	e := startRouter(t, false, func(c *Config) { c.Fair = fairsched.Config{Slots: 1, MaxWait: time.Minute} })
 	e.create("noisy", "quiet")
-	noisy, quiet := e.client("noisy"), e.client("quiet")
-	must(noisy.Put(ctxT(t), "k", "v"))(t) // a tenant alone runs
+	quiet := e.client("quiet")
+	must(quiet.Put(ctxT(t), "k", "v"))(t)
 	running := hold(t, e, "noisy")
 	<-running.granted
 	short, cancel := context.WithTimeout(ctxT(t), 200*time.Millisecond)
@@ -59,6 +58,21 @@ func TestFairTurns(t *testing.T) {
 	if _, err := quiet.Put(short, "k", "v"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a put while every slot is taken: %v, want its deadline", err)
 	}
+	running.release()
+	must(quiet.Put(ctxT(t), "k", "v"))(t)
+}
+
+// TestFairTurns: once the process's slots are taken, a quiet tenant's put
+// runs after one more of the noisy tenant's requests, ahead of the noisy
+// tenant's others that came first.
+func TestFairTurns(t *testing.T) {
+	e := startRouter(t, false, func(c *Config) { c.Fair = fairsched.Config{Slots: 1, MaxWait: time.Minute} })
+	e.create("noisy", "quiet")
+	noisy, quiet := e.client("noisy"), e.client("quiet")
+	must(noisy.Put(ctxT(t), "k", "v"))(t) // a tenant alone runs
+	must(quiet.Put(ctxT(t), "k", "v"))(t)
+	running := hold(t, e, "noisy")
+	<-running.granted
 	var noisyWaiting []*held
 	for i := range 3 {
 		noisyWaiting = append(noisyWaiting, hold(t, e, "noisy"))
@@ -85,7 +99,7 @@ func TestFairTurns(t *testing.T) {
 // TestFairQueueBound: a tenant with its queue full gets etcd's too many
 // requests at once; another tenant still queues.
 func TestFairQueueBound(t *testing.T) {
-	e := startRouter(t, false, func(c *Config) { c.Fair = fairsched.Config{Slots: 1, Queue: 1} })
+	e := startRouter(t, false, func(c *Config) { c.Fair = fairsched.Config{Slots: 1, Queue: 1, MaxWait: time.Minute} })
 	e.create("noisy", "quiet")
 	noisy, quiet := e.client("noisy"), e.client("quiet")
 	running := hold(t, e, "noisy")
