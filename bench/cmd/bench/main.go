@@ -342,8 +342,10 @@ func runServer(ctx context.Context, name, bin string, ws []workload.Workload, p 
 			fresh = fresh || !servers.IsRaw(name)
 		}
 		// A row of tenants gets a server of its own, started to serve
-		// them, and the next row a plain one again.
+		// them, and the next row a plain one again. The plain client has
+		// no server: its cell says why it has no equivalent.
 		tw, tenanted := w.(workload.TenantServer)
+		tenanted = tenanted && !servers.IsRaw(name)
 		if tenanted && !servers.SupportsTenancy(name) {
 			na(w, "no tenancy: "+name+" serves one keyspace")
 			continue

@@ -61,6 +61,11 @@ func NoisyRows(slots []int) []Workload {
 
 func (w *Noisy) Group() string { return "noisy" }
 
+// Raw says why the plain FoundationDB client has no equivalent.
+func (w *Noisy) Raw(Params) RawSpec {
+	return RawSpec{None: "tenants of one server sharing its CPU: a plain client has no server to share"}
+}
+
 func (w *Noisy) Name() string {
 	return fmt.Sprintf("noisy: tenant B's put p99 beside tenant A's %s, --tenant-max-concurrent-requests=%d", w.Phase, w.Slots)
 }
