@@ -72,8 +72,8 @@ func (r *Router) start(inst *instance, addr net.Addr) error {
 	inst.l = newConnListener(addr)
 	db := newDB(r.db, inst.rec.ID, inst.rec.Quotas)
 	inst.guard = newGuard(inst.rec.Name, r.metrics.label(inst.rec.Name), db, r.metrics, r.cfg.Now, r.cfg.Server.Quota.Bytes)
-	inst.inflight = newInflight(r.cfg.MaxInflight)
-	srv, err := server.New(r.serverConfig(inst.rec, inst.guard, inst.inflight), db)
+	inst.turns = turns{s: r.sched, tenant: inst.rec.Name}
+	srv, err := server.New(r.serverConfig(inst.rec, inst.guard, inst.turns), db)
 	if err != nil {
 		inst.err = err
 		r.mu.Lock()
@@ -97,8 +97,9 @@ func (r *Router) start(inst *instance, addr net.Addr) error {
 
 // serverConfig is the template with the tenant's own settings: its log
 // field, its quotas, which g enforces and keeps current, its bound on
-// requests in flight, and what a tenant needs less of than a process.
-func (r *Router) serverConfig(rec Record, g *guard, in inflight) server.Config {
+// turns on the process's scheduler, and what a tenant needs less of than
+// a process.
+func (r *Router) serverConfig(rec Record, g *guard, tn turns) server.Config {
 	sc := r.cfg.Server
 	sc.Logger = r.lg.With(zap.String("tenant", rec.Name))
 	sc.TLS = tlsconfig.Config{}
@@ -121,8 +122,8 @@ func (r *Router) serverConfig(rec Record, g *guard, in inflight) server.Config {
 	}
 	sc.Quota.Limit = g.bytes
 	sc.GRPCOptions = append(append([]grpc.ServerOption{}, sc.GRPCOptions...), g.options()...)
-	if in != nil {
-		sc.GRPCOptions = append(sc.GRPCOptions, grpc.ChainUnaryInterceptor(in.unary()))
+	if tn.s != nil {
+		sc.GRPCOptions = append(sc.GRPCOptions, grpc.ChainUnaryInterceptor(tn.unary()))
 	}
 	return sc
 }

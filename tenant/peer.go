@@ -164,11 +164,12 @@ func call[Resp any](a *peerAPI, ctx context.Context, f func(pb.KVServer, pb.Leas
 		return zero, err
 	}
 	defer a.r.release(inst)
-	if err := inst.inflight.acquire(ctx); err != nil {
+	release, err := inst.turns.acquire(ctx)
+	if err != nil {
 		var zero Resp
 		return zero, err
 	}
-	defer inst.inflight.release()
+	defer release()
 	kv, lease := inst.srv.KVLease()
 	return f(kv, lease)
 }

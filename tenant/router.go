@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/fairsched"
 	"github.com/fdb-etcd/fdb-etcd/server"
 	"github.com/fdb-etcd/fdb-etcd/server/cluster"
 	"github.com/fdb-etcd/fdb-etcd/server/forward"
@@ -53,14 +54,12 @@ type Config struct {
 	// record per tenant, renewed every few seconds while it runs. Nil: each
 	// tenant's server keeps its own.
 	Members cluster.Members
-	// MaxInflight bounds the unary requests one tenant runs at once in this
-	// replica (the rest wait their turn), to keep one tenant's storm from
-	// crowding out the others; 0 means no bound. Measured with a 64-client
-	// write storm on 2 cores, a bound of 16 took the other tenant's put p99
-	// from 186 to 160 ms on Pebble: the storm is bound by the process's CPU,
-	// which a bound on concurrency does not share out, while it would hold
-	// up a lone tenant's writes behind its own slow LISTs.
-	MaxInflight int
+	// Fair shares the replica's request evaluation out among tenants:
+	// with Fair.Slots > 0, at most that many unary requests run at once,
+	// all tenants together, and the rest wait in a queue per tenant,
+	// served in deficit-round-robin order (internal/fairsched). A tenant
+	// alone gets every slot. Fair.Slots 0 admits everything at once.
+	Fair fairsched.Config
 	// IdleTimeout is how long a tenant's server runs without connections
 	// before it stops; 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
@@ -106,6 +105,9 @@ type Router struct {
 	admin    *adminServer
 	adminCNs map[string]bool
 	metrics  *Metrics
+	// sched takes every tenant's unary requests in turns (Config.Fair);
+	// nil without.
+	sched *fairsched.Scheduler
 
 	conns sync.WaitGroup // accept loops and connections being routed
 
@@ -129,7 +131,7 @@ type instance struct {
 	l     *connListener
 	err   error
 
-	inflight inflight // its unary requests running now
+	turns turns // its turns on the process's scheduler
 
 	conns    int           // guarded by Router.mu: connections handed to srv and open
 	stopIdle func() bool   // guarded by Router.mu: cancels the pending idle stop
@@ -173,6 +175,9 @@ func NewRouter(cfg Config, db storage.DB) (*Router, error) {
 	r := &Router{cfg: cfg, db: db, reg: NewRegistry(db), lg: cfg.Logger, ctx: ctx, close: cancel,
 		tenants: make(map[string]*instance), refuseDone: make(chan struct{}),
 		metrics: newMetrics(cfg.MetricsLimit), adminCNs: make(map[string]bool)}
+	if cfg.Fair.Slots > 0 {
+		r.sched = fairsched.New(cfg.Fair)
+	}
 	for _, cn := range cfg.AdminCNs {
 		r.adminCNs[cn] = true
 	}

@@ -7,6 +7,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/fairsched"
 	"github.com/fdb-etcd/fdb-etcd/storage/fdb"
 	"github.com/fdb-etcd/fdb-etcd/tenant"
 )
@@ -169,6 +170,12 @@ type fdbEtcdConfig struct {
 	// caps the tenants with metrics series of their own.
 	TenantAdminCNs     []string `json:"tenant-admin-cn"`
 	TenantMetricsLimit int      `json:"tenant-metrics-limit"`
+	// TenantMaxConcurrentRequests, TenantMaxQueuedRequests and
+	// TenantMaxQueueWait share request evaluation out among tenants
+	// (tenant.Config.Fair).
+	TenantMaxConcurrentRequests int           `json:"tenant-max-concurrent-requests"`
+	TenantMaxQueuedRequests     int           `json:"tenant-max-queued-requests"`
+	TenantMaxQueueWait          time.Duration `json:"tenant-max-queue-wait"`
 	// FDBBuggify is FoundationDB's client fault injection, a testing aid
 	// given only as flags.
 	FDBBuggify fdb.ClientBuggify `json:"-"`
@@ -261,6 +268,7 @@ func newEtcdConfig() *etcdConfig {
 	}
 	c.fdbEtcdConfig = fdbEtcdConfig{Backend: "pebble", FDBClusterFile: "/etc/foundationdb/fdb.cluster",
 		FDBPrefix: "fdb-etcd", FDBAPIVersion: 730, FDBForwardWrites: true, ShutdownTimeout: 10 * time.Second,
-		Tenancy: tenancyNone, TenantIdleTimeout: tenant.DefaultIdleTimeout, TenantMetricsLimit: tenant.DefaultMetricsLimit}
+		Tenancy: tenancyNone, TenantIdleTimeout: tenant.DefaultIdleTimeout, TenantMetricsLimit: tenant.DefaultMetricsLimit,
+		TenantMaxQueuedRequests: fairsched.DefaultQueue, TenantMaxQueueWait: fairsched.DefaultMaxWait}
 	return c
 }

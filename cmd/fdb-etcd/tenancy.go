@@ -8,6 +8,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.uber.org/zap"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/fairsched"
 	"github.com/fdb-etcd/fdb-etcd/server"
 	"github.com/fdb-etcd/fdb-etcd/server/tlsconfig"
 	"github.com/fdb-etcd/fdb-etcd/storage"
@@ -50,6 +51,9 @@ func checkTenancy(c *etcdConfig) error {
 	}
 	if f.TenantIdleTimeout <= 0 {
 		return errors.New("--tenant-idle-timeout must be > 0")
+	}
+	if f.TenantMaxConcurrentRequests < 0 || f.TenantMaxQueuedRequests < 0 || f.TenantMaxQueueWait < 0 {
+		return errors.New("--tenant-max-concurrent-requests, --tenant-max-queued-requests and --tenant-max-queue-wait must be >= 0")
 	}
 	if f.TenantMetricsLimit < 0 {
 		return errors.New("--tenant-metrics-limit must be >= 0")
@@ -105,7 +109,9 @@ func startTenancy(cfg *config, sc server.Config, backend, db storage.DB, lg *zap
 	router, err := tenant.NewRouter(tenant.Config{Server: sc, TLS: tr.ServerConfig(),
 		AutoCreate: cfg.etcd.TenantAutoCreate, IdleTimeout: cfg.etcd.TenantIdleTimeout, Logger: lg,
 		AdminCNs: cfg.etcd.TenantAdminCNs, MetricsLimit: metricsLimit,
-		PeerTLS: tr.ClientConfig, Members: srv.Members}, db)
+		PeerTLS: tr.ClientConfig, Members: srv.Members,
+		Fair: fairsched.Config{Slots: cfg.etcd.TenantMaxConcurrentRequests,
+			Queue: cfg.etcd.TenantMaxQueuedRequests, MaxWait: cfg.etcd.TenantMaxQueueWait}}, db)
 	if err != nil {
 		srv.Stop() // it closes the store
 		return nil, err

@@ -65,6 +65,7 @@ type options struct {
 	settle       time.Duration
 	serverCPUs   string
 	watchRates   []int
+	noisySlots   []int
 }
 
 func parseFlags() (options, error) {
@@ -72,7 +73,7 @@ func parseFlags() (options, error) {
 	var srv, groups string
 	flag.StringVar(&srv, "servers", "", "comma-separated servers to run, in order, of "+strings.Join(servers.Known, ",")+
 		" (default all; those on FoundationDB only when "+servers.EnvClusterFile+" is set)")
-	flag.StringVar(&groups, "workloads", "all", "comma-separated workload groups: all or any of put,range,txn,list,watch,progress,rss,lease,large")
+	flag.StringVar(&groups, "workloads", "all", "comma-separated workload groups: all or any of put,range,txn,list,watch,progress,rss,lease,large,noisy")
 	flag.BoolVar(&o.quick, "quick", false, "small counts and short runs (CI smoke test)")
 	flag.StringVar(&o.out, "out", "results.md", "markdown output file (\"\" = stdout only)")
 	flag.StringVar(&o.jsonOut, "json", "", "also write raw results as JSON to this file")
@@ -91,9 +92,10 @@ func parseFlags() (options, error) {
 	flag.StringVar(&o.serverCPUs, "server-cpus", "", "pin the servers to these CPUs with taskset (e.g. 0); run the harness itself under taskset on the others")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write the harness's own CPU profile (the load generator) to this file")
 	flag.DurationVar(&o.settle, "settle", 5*time.Second, "before each server start, flush dirty pages (sync) and wait this long, so one server's leftovers do not slow the next one's fsync-bound rows")
-	var watchers, rates string
+	var watchers, rates, noisySlots string
 	flag.StringVar(&watchers, "watchers", "", "override the watcher counts of the watch fan-out rows (comma-separated)")
 	flag.StringVar(&rates, "watch-rates", "", "override the write rates of the watch fan-out rows (comma-separated, writes/s)")
+	flag.StringVar(&noisySlots, "noisy-slots", "", "override the --tenant-max-concurrent-requests values the noisy rows run with (comma-separated; 0: no fair scheduler)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %v", flag.Args())
@@ -131,6 +133,9 @@ func parseFlags() (options, error) {
 	if o.watchers, err = parseInts(watchers); err != nil {
 		return o, fmt.Errorf("-watchers: %w", err)
 	}
+	if o.noisySlots, err = parseIntsFrom(noisySlots, 0); err != nil {
+		return o, fmt.Errorf("-noisy-slots: %w", err)
+	}
 	if o.watchRates, err = parseInts(rates); err != nil {
 		return o, fmt.Errorf("-watch-rates: %w", err)
 	}
@@ -152,15 +157,18 @@ func settleHost(d time.Duration) {
 }
 
 // parseInts parses a comma-separated list of positive integers.
-func parseInts(s string) ([]int, error) {
+func parseInts(s string) ([]int, error) { return parseIntsFrom(s, 1) }
+
+// parseIntsFrom parses a comma-separated list of integers >= least.
+func parseIntsFrom(s string, least int) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
 		if f = strings.TrimSpace(f); f == "" {
 			continue
 		}
 		n, err := strconv.Atoi(f)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
+		if err != nil || n < least {
+			return nil, fmt.Errorf("%q is not an integer >= %d", f, least)
 		}
 		out = append(out, n)
 	}
@@ -199,6 +207,9 @@ func run() error {
 	}
 	if len(o.watchers) > 0 {
 		p.Watchers = o.watchers
+	}
+	if len(o.noisySlots) > 0 {
+		p.NoisySlots = o.noisySlots
 	}
 	if len(o.watchRates) > 0 {
 		p.WatchRates = o.watchRates
@@ -300,6 +311,7 @@ func runServer(ctx context.Context, name, bin string, ws []workload.Workload, p 
 	}
 	var inst *servers.Instance
 	used := false
+	tenantInst := false // inst serves tenants
 	stopInst := func() {
 		if inst != nil {
 			if o.keep {
@@ -329,6 +341,16 @@ func runServer(ctx context.Context, name, bin string, ws []workload.Workload, p 
 			// The plain client serves no one: nothing to measure fresh.
 			fresh = fresh || !servers.IsRaw(name)
 		}
+		// A row of tenants gets a server of its own, started to serve
+		// them, and the next row a plain one again. The plain client has
+		// no server: its cell says why it has no equivalent.
+		tw, tenanted := w.(workload.TenantServer)
+		tenanted = tenanted && !servers.IsRaw(name)
+		if tenanted && !servers.SupportsTenancy(name) {
+			na(w, "no tenancy: "+name+" serves one keyspace")
+			continue
+		}
+		fresh = fresh || tenanted || tenantInst
 		if inst != nil && !inst.Alive() {
 			logf("[%s] server died; log tail:\n%s", name, inst.LogTail(20))
 			stopInst()
@@ -340,7 +362,12 @@ func runServer(ctx context.Context, name, bin string, ws []workload.Workload, p 
 			settleHost(o.settle)
 			var err error
 			t0 := time.Now()
-			inst, err = servers.Start(ctx, name, bin, servers.StartOptions{WorkDir: o.workDir, Keep: o.keep, Pprof: o.pprof, CPUs: o.serverCPUs})
+			so := servers.StartOptions{WorkDir: o.workDir, Keep: o.keep, Pprof: o.pprof, CPUs: o.serverCPUs}
+			if tenanted {
+				so.Tenancy, so.Args = true, tw.TenantServerArgs()
+			}
+			inst, err = servers.Start(ctx, name, bin, so)
+			tenantInst = tenanted
 			if err != nil {
 				logf("[%s] start failed: %v", name, err)
 				na(w, "server failed to start: "+firstLine(err.Error()))
@@ -370,7 +397,8 @@ func measure(ctx context.Context, name, bin string, inst *servers.Instance, w wo
 	if servers.IsRaw(name) {
 		res, err = runRaw(wctx, name, bin, inst, w, p)
 	} else {
-		res, err = w.Run(wctx, &workload.Env{Server: name, Endpoints: inst.Endpoints, PIDs: inst.PIDs(), P: p, Logf: logf})
+		res, err = w.Run(wctx, &workload.Env{Server: name, Endpoints: inst.Endpoints, PIDs: inst.PIDs(), P: p, Logf: logf,
+			ClientTLS: inst.ClientTLS})
 	}
 	if err != nil {
 		why := workload.ShortErr(err)

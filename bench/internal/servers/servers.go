@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -311,6 +312,10 @@ type Instance struct {
 	keep        bool
 	pprof       bool
 	cpus        string
+	// ca issues the tenants' client certificates of a server started with
+	// StartOptions.Tenancy; nil otherwise.
+	ca   *certAuthority
+	args []string // StartOptions.Args
 }
 
 // process is one server process of an Instance.
@@ -336,6 +341,13 @@ type StartOptions struct {
 	// list such as "0" or "0-1"), so that the load generator can be kept
 	// off them.
 	CPUs string
+	// Tenancy serves a keyspace per client certificate
+	// (--tenancy=client-cert-cn over TLS, tenants created on first use):
+	// Instance.ClientTLS gives each tenant's clients their certificate.
+	// Only where SupportsTenancy.
+	Tenancy bool
+	// Args are more flags for the server.
+	Args []string
 }
 
 // FreePort returns a currently unused loopback TCP port.
@@ -359,7 +371,17 @@ func Start(ctx context.Context, name, bin string, o StartOptions) (*Instance, er
 	if !slices.Contains(Known, name) {
 		return nil, fmt.Errorf("unknown server %q", name)
 	}
-	inst := &Instance{Name: name, keep: o.Keep, pprof: o.Pprof, cpus: o.CPUs}
+	inst := &Instance{Name: name, keep: o.Keep, pprof: o.Pprof, cpus: o.CPUs, args: o.Args}
+	if o.Tenancy {
+		if !SupportsTenancy(name) {
+			return nil, fmt.Errorf("%s serves no tenants", name)
+		}
+		ca, err := newCertAuthority()
+		if err != nil {
+			return nil, err
+		}
+		inst.ca = ca
+	}
 	if NeedsFDB(name) {
 		cf, err := ClusterFile()
 		if err != nil {
@@ -388,7 +410,13 @@ func Start(ctx context.Context, name, bin string, o StartOptions) (*Instance, er
 	for r := 0; r < Replicas(name); r++ {
 		p, err := inst.spawn(r, bin)
 		if err == nil {
-			err = p.waitReady(ctx, deadline, o.ReadyTimeout)
+			var tlsCfg *tls.Config
+			if inst.ca != nil {
+				tlsCfg, err = inst.ClientTLS("bench-ready-probe")
+			}
+			if err == nil {
+				err = p.waitReady(ctx, deadline, o.ReadyTimeout, tlsCfg)
+			}
 		}
 		if err != nil {
 			inst.Stop()
@@ -405,6 +433,9 @@ func (i *Instance) spawn(r int, bin string) (*process, error) {
 		return nil, err
 	}
 	curl := "http://127.0.0.1:" + strconv.Itoa(cport)
+	if i.ca != nil {
+		curl = "https://127.0.0.1:" + strconv.Itoa(cport)
+	}
 	data := filepath.Join(i.Dir, "data")
 	p := &process{
 		name:     i.Name,
@@ -469,6 +500,14 @@ func (i *Instance) spawn(r int, bin string) (*process, error) {
 	if i.pprof && i.Name != Kine {
 		args = append(args, "--enable-pprof")
 	}
+	if i.ca != nil {
+		tlsArgs, err := i.ca.serverFiles(filepath.Join(i.Dir, "tls"))
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, tlsArgs...)
+	}
+	args = append(args, i.args...)
 	p.logF, err = os.Create(p.logPath)
 	if err != nil {
 		return nil, err
@@ -500,7 +539,7 @@ func (i *Instance) spawn(r int, bin string) (*process, error) {
 	return p, nil
 }
 
-func (p *process) waitReady(ctx context.Context, deadline time.Time, timeout time.Duration) error {
+func (p *process) waitReady(ctx context.Context, deadline time.Time, timeout time.Duration, tlsCfg *tls.Config) error {
 	// Wait for the port first: a client dialled too early sits in gRPC's
 	// reconnect backoff for a second.
 	for attempt := 0; attempt < 10000 && time.Now().Before(deadline); attempt++ {
@@ -522,6 +561,7 @@ func (p *process) waitReady(ctx context.Context, deadline time.Time, timeout tim
 		Endpoints:   []string{p.endpoint},
 		DialTimeout: 2 * time.Second,
 		Logger:      zap.NewNop(),
+		TLS:         tlsCfg,
 	})
 	if err != nil {
 		return err

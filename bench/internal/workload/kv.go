@@ -39,7 +39,7 @@ func All(p Params) []Workload {
 		&LargeDelete{Keys: p.LargeDeleteKeys},
 		&LargeDelete{Keys: p.LargeRevokeKeys, Revoke: true},
 	)
-	return ws
+	return append(ws, NoisyRows(p.NoisySlots)...)
 }
 
 // Put writes distinct keys of a fixed value size.

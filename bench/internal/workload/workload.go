@@ -6,6 +6,7 @@ package workload
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -85,6 +86,15 @@ type FreshServer interface {
 	FreshServer() bool
 }
 
+// TenantServer may be implemented by workloads of many tenants: the
+// harness runs them on a fresh server serving a keyspace per client
+// certificate, started with the flags TenantServerArgs returns, and shows
+// n/a for servers without tenancy. Env.ClientTLS gives each tenant's
+// clients their certificate.
+type TenantServer interface {
+	TenantServerArgs() []string
+}
+
 // Env is what a workload gets to talk to one running server.
 type Env struct {
 	Server string // etcd, kine, fdb-etcd, …
@@ -94,8 +104,25 @@ type Env struct {
 	PIDs      []int // server process ids (for RSS), one per replica
 	P         Params
 	Logf      func(format string, args ...any)
+	// ClientTLS returns the TLS configuration of tenant cn's clients on a
+	// server that serves tenants (TenantServer), and an error on others.
+	ClientTLS func(cn string) (*tls.Config, error)
 
 	next atomic.Uint64 // replica of the next NewClient
+	tls  *tls.Config   // the clients' TLS, on an Env of one tenant (Tenant)
+}
+
+// Tenant returns an Env whose clients are tenant cn's, on a server that
+// serves tenants (TenantServer).
+func (e *Env) Tenant(cn string) (*Env, error) {
+	if e.ClientTLS == nil {
+		return nil, fmt.Errorf("%s serves no tenants", e.Server)
+	}
+	c, err := e.ClientTLS(cn)
+	if err != nil {
+		return nil, err
+	}
+	return &Env{Server: e.Server, Endpoints: e.Endpoints, PIDs: e.PIDs, P: e.P, Logf: e.Logf, ClientTLS: e.ClientTLS, tls: c}, nil
 }
 
 // Params sizes the workloads; Full and Quick give the two presets.
@@ -137,6 +164,15 @@ type Params struct {
 	// LargeDeleteKeys and LargeRevokeKeys size the large-request rows: a
 	// DeleteRange of a prefix, and the revoke of a lease, with that many keys.
 	LargeDeleteKeys, LargeRevokeKeys int
+	// The noisy-neighbour rows: tenant B puts NoisyRate times a second for
+	// NoisyPhase beside tenant A's NoisyStorm closed-loop putters or its
+	// NoisyWatchers watchers, which A's NoisyWatchRate puts a second keep
+	// busy, on servers started with each of NoisySlots
+	// (--tenant-max-concurrent-requests).
+	NoisyPhase                           time.Duration
+	NoisyRate, NoisyStorm, NoisyWatchers int
+	NoisyWatchRate                       int
+	NoisySlots                           []int
 }
 
 // Full is the preset for `make bench`.
@@ -162,6 +198,12 @@ func Full() Params {
 		ProgressRounds:    1000,
 		LargeDeleteKeys:   200_000,
 		LargeRevokeKeys:   50_000,
+		NoisyPhase:        15 * time.Second,
+		NoisyRate:         50,
+		NoisyStorm:        64,
+		NoisyWatchers:     10_000,
+		NoisyWatchRate:    5,
+		NoisySlots:        []int{0, 8},
 	}
 }
 
@@ -182,6 +224,8 @@ func Quick() Params {
 	p.ProgressRounds = 50
 	p.LargeDeleteKeys = 20_000
 	p.LargeRevokeKeys = 5_000
+	p.NoisyPhase = 3 * time.Second
+	p.NoisyWatchers = 1000
 	return p
 }
 
@@ -205,6 +249,7 @@ func (e *Env) clientTo(r int) (*clientv3.Client, error) {
 		Logger:             zap.NewNop(),
 		MaxCallRecvMsgSize: math.MaxInt32,
 		MaxCallSendMsgSize: 16 << 20,
+		TLS:                e.tls,
 	})
 }
 
