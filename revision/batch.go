@@ -153,7 +153,8 @@ func (a *attempt[Resp]) run(tx storage.Tx) error {
 	if a.runs > 1 {
 		keys = append(keys, keyspace.Batch(s.writer, a.seq))
 	}
-	vals, err := tx.GetMany(append(keys, a.prefetch()...))
+	keys = append(keys, a.prefetch()...)
+	vals, err := tx.GetMany(keys)
 	if err != nil {
 		return err
 	}
@@ -175,14 +176,15 @@ func (a *attempt[Resp]) run(tx storage.Tx) error {
 	if err != nil {
 		return err
 	}
-	env, err := s.app.Begin(tx)
+	cached := newCachedTx(tx, keys, vals)
+	env, err := s.app.Begin(cached)
 	if err != nil {
 		return err
 	}
 	if invariants {
 		checkNothingAbove(tx, head.Rev)
 	}
-	return a.apply(tx, head.Rev, env)
+	return a.apply(cached, head.Rev, env)
 }
 
 // maxPrefetch bounds the keys one batch reads ahead; a batch of many large
