@@ -56,6 +56,11 @@ func (s *Sequencer[Resp]) commitPrefix(batch []*pending[Resp]) (answered int, st
 	deadline := s.cfg.Now().Add(s.cfg.CommitTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CommitTimeout)
 	defer cancel()
+	// A batch decides only through what it writes (its errors are about
+	// sizes, or a staged write it then awaits with fresh reads), so it may
+	// start from a recent snapshot: on FoundationDB the writer's previous
+	// commit, without a read version round trip.
+	ctx = storage.WithFreshness(ctx, storage.Recent)
 	for {
 		if !s.cfg.Now().Before(deadline) {
 			// Cut past its deadline: no attempt of it committed.
