@@ -148,9 +148,10 @@ const (
 	// writes. What a serializable read may use; a backend without a
 	// cheaper snapshot reads the latest. An Update whose context says
 	// Recent may read such a snapshot too (its writes are still checked
-	// for conflicts up to its commit, and one that writes nothing reads
-	// the latest), so its function must decide only through what it
-	// writes: an error it returns may rest on the older snapshot.
+	// for conflicts up to its commit, and so are the reads of one that
+	// writes nothing), so its function must decide only through what it
+	// writes and what it returns on success: an error it returns may rest
+	// on the older snapshot.
 	Recent
 )
 

@@ -73,9 +73,8 @@
 // An Update whose context says storage.Recent does the same within
 // Options.WriteVersionAge (100 ms): its commit is checked against
 // everything committed since the version it read at, so the reuse risks a
-// conflict, never a stale write; an attempt that ends without writes to
-// commit is run again at a fresh version, since nothing checks what it
-// read.
+// conflict, never a stale write; an attempt that ends without writes
+// commits a write conflict range, so that its reads are checked too.
 //
 // The backend times each read version request and tells recoveries
 // apart: SetObserver installs an Observer that receives every retry with its

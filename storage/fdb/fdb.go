@@ -510,17 +510,29 @@ func (d *DB) run(ctx context.Context, reuseAge time.Duration, attempt func(tr fd
 // ago (usually its own previous commit), saving a read version round trip:
 // a transaction that writes is checked at commit against everything
 // committed after the version it read at, so an older one costs at worst a
-// conflict and a retry. A transaction that wrote nothing is not checked, so
-// it is run again at a fresh version, and what its caller learns is
-// linearizable.
+// conflict and a retry. A transaction that wrote nothing would not be
+// checked, so it commits a write conflict range and no mutation: the
+// resolvers check its reads like any other's, and what its caller learns
+// is linearizable.
 func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 	var reuseAge time.Duration
 	if storage.FreshnessOf(ctx) == storage.Recent {
 		reuseAge = max(d.writeAge, 0)
 	}
 	return d.run(ctx, reuseAge, func(tr fdbgo.Transaction, reused bool) (bool, error) {
-		if err := d.evalUpdate(ctx, tr, reused, fn); err != nil {
+		t := &tx{d: d, tr: tr, r: tr}
+		if err := fn(t); err != nil {
 			return false, err
+		}
+		if t.err != nil {
+			return false, t.err
+		}
+		if reused && !t.wrote {
+			// No keyspace key is empty: nothing reads this one but a range
+			// from the keyspace's start.
+			if err := tr.AddWriteConflictKey(fdbgo.Key(d.key(nil))); err != nil {
+				return false, mapError(err)
+			}
 		}
 		start := d.now()
 		err := tr.Commit().Get()
@@ -539,25 +551,6 @@ func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 		}
 		return false, nil
 	})
-}
-
-// evalUpdate runs fn in tr, and again at a fresh read version if it read at
-// a reused one and wrote nothing.
-func (d *DB) evalUpdate(ctx context.Context, tr fdbgo.Transaction, reused bool, fn func(storage.Tx) error) error {
-	t := &tx{d: d, tr: tr, r: tr}
-	err := fn(t)
-	if reused && err == nil && t.err == nil && !t.wrote {
-		tr.Reset()
-		if _, err := d.attemptVersion(ctx, tr, 0); err != nil {
-			return err
-		}
-		t = &tx{d: d, tr: tr, r: tr}
-		err = fn(t)
-	}
-	if err != nil {
-		return err
-	}
-	return t.err
 }
 
 // View runs fn in a read-only transaction (snapshot reads, never committed).

@@ -57,8 +57,8 @@ func TestUpdateReusesWriteVersion(t *testing.T) {
 
 // TestReusedWriteVersionStaysLinearizable: another process commits after
 // the version this DB would reuse. A Recent Update that writes is checked
-// for conflicts and retried, and one that only reads runs again at a fresh
-// version; so each sees the other process's write.
+// for conflicts and retried, and so is one that only reads; so each sees
+// the other process's write.
 func TestReusedWriteVersionStaysLinearizable(t *testing.T) {
 	prefix := fdbtest.NewPrefix(t)
 	clk := fakeclock.New(time.Unix(1_000_000, 0))
