@@ -64,7 +64,9 @@ func (l *Lessor) commitWrites(batch []*writeWaiter) {
 	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 	defer cancel()
 	var a *writeAttempt
-	err := l.db.Update(ctx, func(tx storage.Tx) error {
+	// The batch decides only through what it writes (its errors are the
+	// storage's), so it may start from a recent snapshot (storage.Recent).
+	err := l.db.Update(storage.WithFreshness(ctx, storage.Recent), func(tx storage.Tx) error {
 		a = &writeAttempt{l: l, batch: batch, now: l.clock.Now().UnixMicro()}
 		return a.run(tx)
 	})
@@ -93,6 +95,7 @@ type writeAttempt struct {
 	results []writeRes
 	errs    []error
 	grants  bool
+	wrote   bool // this attempt wrote a record, so it committed
 }
 
 func (a *writeAttempt) run(tx storage.Tx) error {
@@ -108,6 +111,7 @@ func (a *writeAttempt) run(tx storage.Tx) error {
 	for _, id := range ids {
 		if s := states[id]; s.dirty {
 			setDeadline(tx, id, s.rec, s.orig)
+			a.wrote = true
 		}
 	}
 	return nil
@@ -167,8 +171,17 @@ func (a *writeAttempt) decide(r *writeReq, s *leaseState) (writeRes, error) {
 }
 
 // readRev reads the revision grants report: the current one after the
-// commit.
+// commit. etcd reports the revision its grant applied at, which includes
+// every write acknowledged before the grant arrived; so does any snapshot
+// at least as new as the grant's commit, and a Recent View reads no older
+// than a commit its DB made (storage.Recent): on FoundationDB, no read
+// version round trip of its own. An attempt that committed nothing (a retry
+// that found its grants stored by an attempt whose commit was reported
+// unknown) has no such commit, and reads the latest.
 func (a *writeAttempt) readRev(ctx context.Context) error {
+	if a.wrote {
+		ctx = storage.WithFreshness(ctx, storage.Recent)
+	}
 	var h revision.Head
 	err := a.l.db.View(ctx, func(tx storage.ReadTx) error {
 		var err error

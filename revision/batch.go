@@ -56,6 +56,11 @@ func (s *Sequencer[Resp]) commitPrefix(batch []*pending[Resp]) (answered int, st
 	deadline := s.cfg.Now().Add(s.cfg.CommitTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CommitTimeout)
 	defer cancel()
+	// A batch decides only through what it writes (its errors are about
+	// sizes, or a staged write it then awaits with fresh reads), so it may
+	// start from a recent snapshot: on FoundationDB the writer's previous
+	// commit, without a read version round trip.
+	ctx = storage.WithFreshness(ctx, storage.Recent)
 	for {
 		if !s.cfg.Now().Before(deadline) {
 			// Cut past its deadline: no attempt of it committed.
@@ -153,7 +158,8 @@ func (a *attempt[Resp]) run(tx storage.Tx) error {
 	if a.runs > 1 {
 		keys = append(keys, keyspace.Batch(s.writer, a.seq))
 	}
-	vals, err := tx.GetMany(append(keys, a.prefetch()...))
+	keys = append(keys, a.prefetch()...)
+	vals, err := tx.GetMany(keys)
 	if err != nil {
 		return err
 	}
@@ -175,14 +181,15 @@ func (a *attempt[Resp]) run(tx storage.Tx) error {
 	if err != nil {
 		return err
 	}
-	env, err := s.app.Begin(tx)
+	cached := newCachedTx(tx, keys, vals)
+	env, err := s.app.Begin(cached)
 	if err != nil {
 		return err
 	}
 	if invariants {
 		checkNothingAbove(tx, head.Rev)
 	}
-	return a.apply(tx, head.Rev, env)
+	return a.apply(cached, head.Rev, env)
 }
 
 // maxPrefetch bounds the keys one batch reads ahead; a batch of many large

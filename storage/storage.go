@@ -146,7 +146,12 @@ const (
 	// snapshot this DB has already read or a commit it has made, so that
 	// a process's Recent reads do not go back in time and see its own
 	// writes. What a serializable read may use; a backend without a
-	// cheaper snapshot reads the latest.
+	// cheaper snapshot reads the latest. An Update whose context says
+	// Recent may read such a snapshot too (its writes are still checked
+	// for conflicts up to its commit, and so are the reads of one that
+	// writes nothing), so its function must decide only through what it
+	// writes and what it returns on success: an error it returns may rest
+	// on the older snapshot.
 	Recent
 )
 

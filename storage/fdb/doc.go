@@ -70,6 +70,11 @@
 // whose context asks for storage.Recent reuses, on its first attempt, the
 // newest version the DB has read at or committed, if that was the latest
 // at most Options.RecentVersionAge (5 ms) before: no round trip at all.
+// An Update whose context says storage.Recent does the same within
+// Options.WriteVersionAge (100 ms): its commit is checked against
+// everything committed since the version it read at, so the reuse risks a
+// conflict, never a stale write; an attempt that ends without writes
+// commits a write conflict range, so that its reads are checked too.
 //
 // The backend times each read version request and tells recoveries
 // apart: SetObserver installs an Observer that receives every retry with its

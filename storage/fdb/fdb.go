@@ -65,6 +65,10 @@ type Options struct {
 	// may reuse; 0 means DefaultRecentVersionAge, a negative value turns
 	// reuse off.
 	RecentVersionAge time.Duration
+	// WriteVersionAge is how old a read version the first attempt of an
+	// Update may reuse; 0 means DefaultWriteVersionAge, a negative value
+	// turns reuse off.
+	WriteVersionAge time.Duration
 }
 
 // KeyPrefix returns the raw FoundationDB key prefix of the keyspace named
@@ -83,6 +87,7 @@ type DB struct {
 	maxRetries  int
 	now         func() time.Time
 	recentAge   time.Duration
+	writeAge    time.Duration
 
 	observer atomic.Pointer[observerBox]
 	versions versionWatch
@@ -136,6 +141,9 @@ func Open(o Options) (*DB, error) {
 	if o.RecentVersionAge == 0 {
 		o.RecentVersionAge = DefaultRecentVersionAge
 	}
+	if o.WriteVersionAge == 0 {
+		o.WriteVersionAge = DefaultWriteVersionAge
+	}
 	db, err := acquire(o.ClusterFile, o.APIVersion, o.ClientBuggify)
 	if err != nil {
 		return nil, err
@@ -148,6 +156,7 @@ func Open(o Options) (*DB, error) {
 		maxRetries:  o.MaxRetries,
 		now:         o.Now,
 		recentAge:   o.RecentVersionAge,
+		writeAge:    o.WriteVersionAge,
 	}
 	d.observer.Store(&observerBox{nopObserver{}})
 	d.closing, d.closingStop = context.WithCancel(context.Background())
@@ -428,9 +437,10 @@ func unknownIf(uncertain bool, err error) error {
 }
 
 // run is the retry loop shared by Update, View and Size. attempt runs one try
-// on tr and reports whether it got as far as committing; f is the
-// freshness its first attempt's read version needs.
-func (d *DB) run(ctx context.Context, f storage.Freshness, attempt func(tr fdbgo.Transaction) (committing bool, err error)) error {
+// on tr and reports whether it got as far as committing; reuseAge is how
+// old a version its first attempt may read at instead of a fresh one (0:
+// none), and reused tells attempt whether it does.
+func (d *DB) run(ctx context.Context, reuseAge time.Duration, attempt func(tr fdbgo.Transaction, reused bool) (committing bool, err error)) error {
 	if err := d.enter(ctx); err != nil {
 		return err
 	}
@@ -448,13 +458,17 @@ func (d *DB) run(ctx context.Context, f storage.Freshness, attempt func(tr fdbgo
 		if err := stopped(ctx, d.closing); err != nil {
 			return unknownIf(uncertain, err)
 		}
-		committing, err := false, d.attemptVersion(ctx, tr, f == storage.Recent && retries == 0)
+		if retries > 0 {
+			reuseAge = 0
+		}
+		committing := false
+		reused, err := d.attemptVersion(ctx, tr, reuseAge)
 		if err != nil {
 			if stop := stopped(ctx, d.abort); stop != nil {
 				return unknownIf(uncertain, stop)
 			}
 		} else {
-			committing, err = attempt(tr)
+			committing, err = attempt(tr, reused)
 		}
 		if err == nil {
 			return nil // a function that found its marker settles an unknown commit
@@ -490,14 +504,35 @@ func (d *DB) run(ctx context.Context, f storage.Freshness, attempt func(tr fdbgo
 
 // Update runs fn in a read-write transaction and commits it, retrying as the
 // package documentation describes.
+//
+// When ctx says storage.Recent, its first attempt reads at the newest
+// version this DB has seen if that was the latest at most WriteVersionAge
+// ago (usually its own previous commit), saving a read version round trip:
+// a transaction that writes is checked at commit against everything
+// committed after the version it read at, so an older one costs at worst a
+// conflict and a retry. A transaction that wrote nothing would not be
+// checked, so it commits a write conflict range and no mutation: the
+// resolvers check its reads like any other's, and what its caller learns
+// is linearizable.
 func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
-	return d.run(ctx, storage.Latest, func(tr fdbgo.Transaction) (bool, error) {
+	var reuseAge time.Duration
+	if storage.FreshnessOf(ctx) == storage.Recent {
+		reuseAge = max(d.writeAge, 0)
+	}
+	return d.run(ctx, reuseAge, func(tr fdbgo.Transaction, reused bool) (bool, error) {
 		t := &tx{d: d, tr: tr, r: tr}
 		if err := fn(t); err != nil {
 			return false, err
 		}
 		if t.err != nil {
 			return false, t.err
+		}
+		if reused && !t.wrote {
+			// No keyspace key is empty: nothing reads this one but a range
+			// from the keyspace's start.
+			if err := tr.AddWriteConflictKey(fdbgo.Key(d.key(nil))); err != nil {
+				return false, mapError(err)
+			}
 		}
 		start := d.now()
 		err := tr.Commit().Get()
@@ -520,7 +555,11 @@ func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 
 // View runs fn in a read-only transaction (snapshot reads, never committed).
 func (d *DB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
-	return d.run(ctx, storage.FreshnessOf(ctx), func(tr fdbgo.Transaction) (bool, error) {
+	var reuseAge time.Duration
+	if storage.FreshnessOf(ctx) == storage.Recent {
+		reuseAge = max(d.recentAge, 0)
+	}
+	return d.run(ctx, reuseAge, func(tr fdbgo.Transaction, _ bool) (bool, error) {
 		return false, fn(&tx{d: d, tr: tr, r: tr.Snapshot()})
 	})
 }
@@ -537,7 +576,7 @@ func (d *DB) Size() (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var n int64
-	err := d.run(ctx, storage.Latest, func(tr fdbgo.Transaction) (bool, error) {
+	err := d.run(ctx, 0, func(tr fdbgo.Transaction, _ bool) (bool, error) {
 		kr := fdbgo.KeyRange{Begin: fdbgo.Key(d.prefix), End: fdbgo.Key(d.prefixEnd)}
 		est, err := tr.GetEstimatedRangeSizeBytes(kr).Get()
 		if err != nil {
@@ -569,7 +608,7 @@ func (d *DB) RangeSize(begin, end []byte) (int64, error) {
 	defer cancel()
 	begin, end = clip(begin), clip(end)
 	var n int64
-	err := d.run(ctx, storage.Latest, func(tr fdbgo.Transaction) (bool, error) {
+	err := d.run(ctx, 0, func(tr fdbgo.Transaction, _ bool) (bool, error) {
 		kr := fdbgo.KeyRange{Begin: fdbgo.Key(d.key(begin)), End: fdbgo.Key(d.key(end))}
 		est, err := tr.GetEstimatedRangeSizeBytes(kr).Get()
 		if err != nil {
@@ -698,6 +737,9 @@ type tx struct {
 	// maxKeySize). Like FoundationDB's deferred errors it fails the
 	// reads that follow and the commit.
 	err error
+	// wrote says a mutation was added: the commit goes to the cluster,
+	// which checks the reads for conflicts.
+	wrote bool
 }
 
 func (t *tx) Get(key []byte) ([]byte, error) {
@@ -842,6 +884,7 @@ func (t *tx) Set(key, value []byte) {
 		}
 		return
 	}
+	t.wrote = true
 	t.tr.Set(fdbgo.Key(t.d.key(key)), value)
 }
 
@@ -851,6 +894,7 @@ func (t *tx) Clear(key []byte) {
 	if len(key) > maxKeySize {
 		return
 	}
+	t.wrote = true
 	t.tr.Clear(fdbgo.Key(t.d.key(key)))
 }
 
@@ -859,5 +903,6 @@ func (t *tx) ClearRange(begin, end []byte) {
 	if bytes.Compare(begin, end) >= 0 {
 		return
 	}
+	t.wrote = true
 	t.tr.ClearRange(fdbgo.KeyRange{Begin: fdbgo.Key(t.d.key(begin)), End: fdbgo.Key(t.d.key(end))})
 }

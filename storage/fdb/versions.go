@@ -16,6 +16,13 @@ import (
 // commit or two at most.
 const DefaultRecentVersionAge = 5 * time.Millisecond
 
+// DefaultWriteVersionAge is how old a read version the first attempt of an
+// Update may reuse: a write that read at an older version than the latest
+// is still checked for conflicts up to its commit, so the age only bounds
+// the conflicts it risks and keeps the transaction far from FoundationDB's
+// five seconds.
+const DefaultWriteVersionAge = 100 * time.Millisecond
+
 // Read versions are shared. Every transaction needs one (a GRV round trip
 // to the proxies), and with many concurrent requests most of them would ask
 // within the same fraction of a millisecond. So the transactions that start
@@ -78,22 +85,23 @@ func (l *latestKnown) recent(now time.Time, maxAge time.Duration) (int64, bool) 
 	return l.v, l.v > 0 && now.Sub(l.at) <= maxAge
 }
 
-// attemptVersion sets tr's read version for an attempt: a recent one if
-// recentOK (a storage.Recent View's first attempt) and there is one, else a
-// shared fresh one.
-func (d *DB) attemptVersion(ctx context.Context, tr readVersionSetter, recentOK bool) error {
-	if recentOK && d.recentAge > 0 {
-		if v, ok := d.latest.recent(d.now(), d.recentAge); ok {
+// attemptVersion sets tr's read version for an attempt: the newest known
+// one if it was the latest at most maxAge ago (a storage.Recent View's or
+// an Update's first attempt; 0 for none), else a shared fresh one. It
+// reports whether it reused one.
+func (d *DB) attemptVersion(ctx context.Context, tr readVersionSetter, maxAge time.Duration) (reused bool, err error) {
+	if maxAge > 0 {
+		if v, ok := d.latest.recent(d.now(), maxAge); ok {
 			tr.SetReadVersion(v)
-			return nil
+			return true, nil
 		}
 	}
 	v, err := d.sharedReadVersion(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	tr.SetReadVersion(v)
-	return nil
+	return false, nil
 }
 
 // readVersionSetter is the part of a transaction attemptVersion needs.

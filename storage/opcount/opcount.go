@@ -88,8 +88,12 @@ func (d *DB) record(c Counts) {
 }
 
 // Update counts every attempt of fn, the failed ones too: each cost its
-// round trips.
+// round trips. It counts them at a fresh read version: a backend's reuse of
+// a recent one for a storage.Recent Update (and the commit that checks the
+// reads of one that then wrote nothing) depends on timing, so the Update
+// it passes on asks for the latest.
 func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
+	ctx = storage.WithFreshness(ctx, storage.Latest)
 	return d.DB.Update(ctx, func(inner storage.Tx) error {
 		t := &tx{r: inner, w: inner}
 		err := fn(t.wrap())
