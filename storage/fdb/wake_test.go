@@ -3,8 +3,10 @@
 package fdb_test
 
 import (
+	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	fdbgo "github.com/apple/foundationdb/bindings/go/src/fdb"
 
@@ -60,4 +62,30 @@ func TestOwnCommitWakesOnceSettled(t *testing.T) {
 	if other() {
 		t.Errorf("a commit that did not write l woke its waiter")
 	}
+}
+
+// BenchmarkOwnCommitToWake measures, per commit, the time from the return
+// of an Update that writes a key to the return of the same DB's
+// WaitChange on that key (wake-ms): what a write owner's watch hub waits
+// before it reads a commit it made itself.
+func BenchmarkOwnCommitToWake(b *testing.B) {
+	db := fdbtest.Open(b)
+	c := ctx(b)
+	set(b, db, "k", "0")
+	var total time.Duration
+	for i := range b.N {
+		seen := []byte(strconv.Itoa(i))
+		woke := make(chan time.Time, 1)
+		go func() {
+			if err := db.WaitChange(c, []byte("k"), seen); err != nil {
+				b.Error(err)
+			}
+			woke <- time.Now()
+		}()
+		time.Sleep(20 * time.Millisecond) // the waiter's watch is set
+		set(b, db, "k", strconv.Itoa(i+1))
+		committed := time.Now()
+		total += (<-woke).Sub(committed)
+	}
+	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "wake-ms")
 }
