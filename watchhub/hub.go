@@ -290,7 +290,7 @@ func (h *Hub) run() {
 // later starts after h.rev or catches up from the log itself, so moving
 // h.rev loses nothing. ok is false once the hub stops.
 func (h *Hub) awaitHead() (head int64, read, ok bool) {
-	head, err := h.src.WaitRev(h.ctx, h.rev)
+	head, err := h.waitRev(h.rev)
 	if err != nil {
 		if h.ctx.Err() != nil {
 			return head, false, false
@@ -309,6 +309,48 @@ func (h *Hub) awaitHead() (head int64, read, ok bool) {
 		h.answer(st)
 	}
 	return head, false, true
+}
+
+// waitRev waits for the store's head to pass after. On a replica
+// (Served, not SoleWriter) a response of this process that names a newer
+// revision also ends the wait: the owner's answer to a write this replica
+// forwarded arrives before FoundationDB's watch fires here. The head is
+// then read again, so what the hub dispatches is always read from the
+// store.
+func (h *Hub) waitRev(after int64) (int64, error) {
+	served := h.cfg.Served
+	if served == nil || h.cfg.SoleWriter {
+		return h.src.WaitRev(h.ctx, after)
+	}
+	for {
+		// Only a rise past what was served when the wait began ends it:
+		// the store's head already covers that.
+		past := max(after, served.Load())
+		ctx, cancel := context.WithCancel(h.ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				raised := served.Raised()
+				if served.Load() > past {
+					cancel()
+					return
+				}
+				select {
+				case <-raised:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		head, err := h.src.WaitRev(ctx, after)
+		cancel()
+		<-done
+		if err != nil && h.ctx.Err() == nil && served.Load() > past {
+			continue
+		}
+		return head, err
+	}
 }
 
 // readBatch reads the next batch of the revision log, dispatches it and
