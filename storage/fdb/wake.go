@@ -157,12 +157,7 @@ func (d *DB) watch(ctx context.Context, fkey fdbgo.Key, seen []byte, w *keyWake)
 	defer context.AfterFunc(ctx, tr.Cancel)()
 	defer context.AfterFunc(d.closing, tr.Cancel)()
 	for retries := 0; ; retries++ {
-		// A recent read version will do for the first attempt: if the key
-		// changed after it, the watch fires at once.
-		err := d.attemptVersion(ctx, tr, retries == 0)
-		if err == nil {
-			err = d.watchOnce(ctx, tr, fkey, seen, w)
-		}
+		err := d.watchOnce(ctx, tr, fkey, seen, w)
 		if err == nil {
 			return nil
 		}
