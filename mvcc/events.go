@@ -21,25 +21,43 @@ type RevisionEvents struct {
 // WaitRev blocks until the current revision exceeds after, and returns it.
 // It is woken by the storage's commit notification, never by polling.
 func (s *Store) WaitRev(ctx context.Context, after int64) (int64, error) {
+	f := storage.Latest
 	for {
-		var raw []byte
-		err := s.db.View(ctx, func(tx storage.ReadTx) error {
-			var err error
-			raw, err = tx.Get(keyspace.Head)
-			return err
-		})
-		if err != nil {
-			return 0, err
+		raw, rev, err := s.readHead(storage.WithFreshness(ctx, f))
+		if err != nil || rev > after {
+			return rev, err
 		}
-		h, err := revision.DecodeHead(raw)
-		if err != nil {
-			return 0, err
-		}
-		if h.Rev > after {
-			return h.Rev, nil
+		if f == storage.Recent {
+			// The recent snapshot predates the change that woke us (a
+			// commit through another handle): read the latest before
+			// waiting again.
+			f = storage.Latest
+			continue
 		}
 		if err := s.db.WaitChange(ctx, keyspace.Head, raw); err != nil {
 			return 0, err
 		}
+		// When a commit of this DB woke us, a recent snapshot has it
+		// (storage.Recent never reads below one) and may spare
+		// FoundationDB's read version round trip.
+		f = storage.Recent
 	}
+}
+
+// readHead reads the raw head and its revision.
+func (s *Store) readHead(ctx context.Context) ([]byte, int64, error) {
+	var raw []byte
+	err := s.db.View(ctx, func(tx storage.ReadTx) error {
+		var err error
+		raw, err = tx.Get(keyspace.Head)
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	h, err := revision.DecodeHead(raw)
+	if err != nil {
+		return nil, 0, err
+	}
+	return raw, h.Rev, nil
 }

@@ -24,6 +24,7 @@ package progress
 import (
 	"math/rand/v2"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -171,6 +172,9 @@ func (t realTicker) Stop()               { t.t.Stop() }
 // observes nothing and loads 0.
 type Served struct {
 	rev atomic.Int64
+
+	mu     sync.Mutex
+	raised chan struct{} // guarded by mu: closed by the next rise; nil until Raised
 }
 
 // Observe raises the watermark to rev.
@@ -180,10 +184,38 @@ func (s *Served) Observe(rev int64) {
 	}
 	for {
 		cur := s.rev.Load()
-		if rev <= cur || s.rev.CompareAndSwap(cur, rev) {
+		if rev <= cur {
+			return
+		}
+		if s.rev.CompareAndSwap(cur, rev) {
+			s.signal()
 			return
 		}
 	}
+}
+
+func (s *Served) signal() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.raised != nil {
+		close(s.raised)
+		s.raised = nil
+	}
+}
+
+// Raised returns a channel closed once the watermark rises after the call
+// (or a little earlier: callers compare Load with what they wait for). A
+// nil *Served's never closes.
+func (s *Served) Raised() <-chan struct{} {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.raised == nil {
+		s.raised = make(chan struct{})
+	}
+	return s.raised
 }
 
 // Load returns the watermark.

@@ -94,6 +94,9 @@ type DB interface {
 	View(ctx context.Context, fn func(tx ReadTx) error) error
 	// WaitChange returns once the value at key differs from seen (nil meaning
 	// absent), or with ctx's error. It may return spuriously; callers re-read.
+	// A commit through this DB wakes its WaitChange calls on the keys it
+	// wrote before its Update returns: such a call returns nil even if its
+	// ctx ends right after. Commits through other handles wake it later.
 	WaitChange(ctx context.Context, key, seen []byte) error
 	// Close waits for calls in flight, wakes blocked WaitChange calls, and
 	// releases the backend. Calls after Close, and a second Close, fail with

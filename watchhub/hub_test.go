@@ -631,16 +631,6 @@ func TestStopEndsGoroutines(t *testing.T) {
 	}
 }
 
-// deafSource is a store whose commit notifications never arrive, as on a
-// store another process writes when its change notification is slow (an
-// FDB watch that has not fired yet).
-type deafSource struct{ *gatedSource }
-
-func (d deafSource) WaitRev(ctx context.Context, after int64) (int64, error) {
-	<-ctx.Done()
-	return 0, ctx.Err()
-}
-
 // A newer head that a progress request's read of the store found ends the
 // hub's wait for the store's change notification: the answer that waits
 // for the hub to dispatch a revision the stream watches comes once the hub
@@ -650,13 +640,15 @@ func TestProgressHeadReadWakesTheHub(t *testing.T) {
 	s := newStore(t)
 	g := &gatedSource{Store: s}
 	served := &progress.Served{}
-	h := newHub(t, deafSource{g}, Config{Served: served})
+	src := &deafSource{gatedSource: g}
+	h := newHub(t, src, Config{Served: served})
 	ctx := context.Background()
 	st := h.NewStream()
 	if err := st.Watch(ctx, Options{Key: []byte("busy/"), End: []byte("busy0")}); err != nil {
 		t.Fatal(err)
 	}
 	drain(t, st, func(r Response) bool { return r.Kind == KindCreated })
+	waitFor(t, func() bool { return src.parked.Load() > 0 })
 	R := putKey(t, s, "busy/1", "1") // committed by another process
 	if err := st.RequestProgress(ctx); err != nil {
 		t.Fatal(err)
@@ -683,13 +675,15 @@ func TestProgressBehindServedWakesTheHub(t *testing.T) {
 	s := newStore(t)
 	g := &gatedSource{Store: s}
 	served := &progress.Served{}
-	h := newHub(t, deafSource{g}, Config{Served: served})
+	src := &deafSource{gatedSource: g}
+	h := newHub(t, src, Config{Served: served})
 	ctx := context.Background()
 	st := h.NewStream()
 	if err := st.Watch(ctx, Options{Key: []byte("busy/"), End: []byte("busy0")}); err != nil {
 		t.Fatal(err)
 	}
 	drain(t, st, func(r Response) bool { return r.Kind == KindCreated })
+	waitFor(t, func() bool { return src.parked.Load() > 0 })
 	R := putKey(t, s, "busy/1", "1")
 	served.Observe(R)
 	g.holdProbes()

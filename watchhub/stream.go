@@ -304,11 +304,6 @@ func (st *Stream) RequestProgress(ctx context.Context) error {
 		h.mu.Unlock()
 		return nil
 	}
-	if h.cfg.Served != nil {
-		// A revision this process told a client of is committed: the hub
-		// reads it now, while this request reads the head.
-		h.learnHead(h.cfg.Served.Load())
-	}
 	from := h.rev + 1
 	h.mu.Unlock()
 	b, err := h.readHead(ctx, from)

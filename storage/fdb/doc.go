@@ -92,5 +92,9 @@
 //
 // WaitChange reads the key, and if it still holds the value the caller has
 // seen, sets a FoundationDB watch on it in the same transaction, commits, and
-// waits for the watch (or the context, or Close). There is no polling.
+// waits for the watch (or the context, or Close). There is no polling. A
+// commit made through the same DB does not wait for the watch: Update
+// wakes the DB's WaitChange calls on the keys it wrote once the commit is
+// known to have landed (after a commit_unknown_result, only once a retry
+// settled it), before it returns; see wake.go.
 package fdb

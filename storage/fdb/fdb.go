@@ -93,6 +93,7 @@ type DB struct {
 	versions versionWatch
 	sharing  versionSharing
 	latest   latestKnown
+	wakes    wakeRegistry
 
 	// Every call is bracketed by enter/leave so that Close can wait for the
 	// calls in flight and fail the ones that start after it.
@@ -519,6 +520,7 @@ func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 	if storage.FreshnessOf(ctx) == storage.Recent {
 		reuseAge = max(d.writeAge, 0)
 	}
+	var unsure writeLog // the writes of attempts that may have committed
 	return d.run(ctx, reuseAge, func(tr fdbgo.Transaction, reused bool) (bool, error) {
 		t := &tx{d: d, tr: tr, r: tr}
 		if err := fn(t); err != nil {
@@ -527,7 +529,7 @@ func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 		if t.err != nil {
 			return false, t.err
 		}
-		if reused && !t.wrote {
+		if reused && t.writes.empty() {
 			// No keyspace key is empty: nothing reads this one but a range
 			// from the keyspace's start.
 			if err := tr.AddWriteConflictKey(fdbgo.Key(d.key(nil))); err != nil {
@@ -538,6 +540,9 @@ func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 		err := tr.Commit().Get()
 		d.observe().ObserveFDBCommit(d.now().Sub(start), err)
 		if err != nil {
+			if !notCommitted(err) {
+				unsure.merge(&t.writes)
+			}
 			return true, mapError(err)
 		}
 		if cv, err := tr.GetCommittedVersion(); err == nil && cv > 0 {
@@ -546,9 +551,11 @@ func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 		}
 		if d.commitHook != nil {
 			if err := d.commitHook(); err != nil {
+				unsure.merge(&t.writes)
 				return true, mapError(err)
 			}
 		}
+		d.wakes.wake(&unsure, &t.writes)
 		return false, nil
 	})
 }
@@ -620,96 +627,6 @@ func (d *DB) RangeSize(begin, end []byte) (int64, error) {
 	return n, err
 }
 
-// --- WaitChange -----------------------------------------------------------------
-
-// WaitChange returns once the value at key differs from seen, using a
-// FoundationDB watch.
-func (d *DB) WaitChange(ctx context.Context, key, seen []byte) error {
-	if err := d.enter(ctx); err != nil {
-		return err
-	}
-	defer d.leave()
-	tr, err := d.db.CreateTransaction()
-	if err != nil {
-		return mapError(err)
-	}
-	defer context.AfterFunc(ctx, tr.Cancel)()
-	defer context.AfterFunc(d.closing, tr.Cancel)()
-	fkey := fdbgo.Key(d.key(key))
-	if len(key) > maxKeySize {
-		// No such key can exist: its value is absent, forever.
-		if seen != nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-d.closing.Done():
-			return storage.ErrClosed
-		}
-	}
-	for retries := 0; ; retries++ {
-		err := d.watchOnce(ctx, tr, fkey, seen)
-		if err == nil {
-			return nil
-		}
-		code, ok := retryCode(err)
-		if !ok {
-			return err // ctx's error, or ErrClosed
-		}
-		if stop := stopped(ctx, d.closing); stop != nil {
-			return stop
-		}
-		if retries >= d.maxRetries {
-			return fmt.Errorf("storage/fdb: giving up after %d retries: %w", retries, mapError(err))
-		}
-		// OnError resets the transaction (also after a committed watch) and
-		// backs off; it refuses errors that are not worth retrying.
-		if oerr := tr.OnError(fdbgo.Error{Code: code}).Get(); oerr != nil {
-			if stop := stopped(ctx, d.closing); stop != nil {
-				return stop
-			}
-			return mapError(err)
-		}
-	}
-}
-
-// watchOnce reads key; if it still holds seen, it watches it and waits.
-func (d *DB) watchOnce(ctx context.Context, tr fdbgo.Transaction, key fdbgo.Key, seen []byte) error {
-	v, err := tr.Get(key).Get()
-	if err != nil {
-		return mapError(err)
-	}
-	if !sameValue(v, seen) {
-		return nil
-	}
-	// The watch fires when the value differs from the one this transaction
-	// read, even if it changed between the read and the commit.
-	w := tr.Watch(key)
-	if err := tr.Commit().Get(); err != nil {
-		w.Cancel()
-		return mapError(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- w.Get() }()
-	select {
-	case err := <-done:
-		return mapError(err)
-	case <-ctx.Done():
-		w.Cancel()
-		<-done
-		return ctx.Err()
-	case <-d.closing.Done():
-		w.Cancel()
-		<-done
-		return storage.ErrClosed
-	}
-}
-
-func sameValue(v, seen []byte) bool {
-	return (v == nil) == (seen == nil) && bytes.Equal(v, seen)
-}
-
 // --- transactions ---------------------------------------------------------------
 
 // key returns the FoundationDB key of a storage key.
@@ -737,9 +654,10 @@ type tx struct {
 	// maxKeySize). Like FoundationDB's deferred errors it fails the
 	// reads that follow and the commit.
 	err error
-	// wrote says a mutation was added: the commit goes to the cluster,
-	// which checks the reads for conflicts.
-	wrote bool
+	// writes is what the transaction wrote, for the WaitChange calls a
+	// commit wakes; while empty the commit would not reach the cluster,
+	// which is what checks the reads for conflicts.
+	writes writeLog
 }
 
 func (t *tx) Get(key []byte) ([]byte, error) {
@@ -884,8 +802,9 @@ func (t *tx) Set(key, value []byte) {
 		}
 		return
 	}
-	t.wrote = true
-	t.tr.Set(fdbgo.Key(t.d.key(key)), value)
+	fk := t.d.key(key)
+	t.writes.key(fk)
+	t.tr.Set(fdbgo.Key(fk), value)
 }
 
 // Clear of a key longer than maxKeySize does nothing: no such key
@@ -894,8 +813,9 @@ func (t *tx) Clear(key []byte) {
 	if len(key) > maxKeySize {
 		return
 	}
-	t.wrote = true
-	t.tr.Clear(fdbgo.Key(t.d.key(key)))
+	fk := t.d.key(key)
+	t.writes.key(fk)
+	t.tr.Clear(fdbgo.Key(fk))
 }
 
 func (t *tx) ClearRange(begin, end []byte) {
@@ -903,6 +823,7 @@ func (t *tx) ClearRange(begin, end []byte) {
 	if bytes.Compare(begin, end) >= 0 {
 		return
 	}
-	t.wrote = true
-	t.tr.ClearRange(fdbgo.KeyRange{Begin: fdbgo.Key(t.d.key(begin)), End: fdbgo.Key(t.d.key(end))})
+	fb, fe := t.d.key(begin), t.d.key(end)
+	t.writes.clear(fb, fe)
+	t.tr.ClearRange(fdbgo.KeyRange{Begin: fdbgo.Key(fb), End: fdbgo.Key(fe)})
 }

@@ -207,8 +207,17 @@ func (s *DB) waitOnce(ctx context.Context, key, seen []byte) (bool, error) {
 	}
 	select {
 	case <-w.ch:
-		return false, nil
+		// A commit wrote key. Reported as a change without a re-read (a
+		// spurious return if it wrote seen again, which the contract
+		// allows), so that a caller whose ctx ends right after that
+		// commit's Update returned still learns of it.
+		return true, nil
 	case <-ctx.Done():
+		select {
+		case <-w.ch:
+			return true, nil // the commit came first
+		default:
+		}
 		return false, ctx.Err()
 	case <-s.closed:
 		return false, storage.ErrClosed

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
@@ -58,6 +59,7 @@ type mutant struct {
 	waitNilIsEmpty  bool // WaitChange treats an empty value as absent
 	waitIgnoresCtx  bool // WaitChange waits for a change only
 	waitNoWake      bool // commits do not wake WaitChange
+	wakeLate        bool // commits wake WaitChange after Update returned
 	noClosed        bool // Close does not stop later calls
 	closeNoWake     bool // Close does not wake WaitChange
 	bigTxFails      bool // a transaction over 1 MB fails
@@ -73,6 +75,9 @@ type mutant struct {
 	repeatCommits bool // fn runs again after its commit (commit unknown result)
 	spuriousWake  bool // WaitChange returns on any commit without re-checking
 }
+
+// wakeLateBy is how long after its commit a wakeLate mutant wakes.
+const wakeLateBy = 50 * time.Millisecond
 
 func newMemDB(m mutant) *memDB {
 	return &memDB{m: m, state: map[string][]byte{}, notify: make(chan struct{}), closed: make(chan struct{})}
@@ -113,7 +118,12 @@ func (d *memDB) stale() map[string][]byte {
 func (d *memDB) publish(next map[string][]byte) {
 	d.mu.Lock()
 	d.previous, d.state = d.state, next
-	if !d.m.waitNoWake {
+	switch {
+	case d.m.wakeLate:
+		ch := d.notify
+		time.AfterFunc(wakeLateBy, func() { close(ch) })
+		d.notify = make(chan struct{})
+	case !d.m.waitNoWake:
 		close(d.notify)
 		d.notify = make(chan struct{})
 	}
@@ -223,6 +233,11 @@ func (d *memDB) WaitChange(ctx context.Context, key, seen []byte) error {
 				return nil
 			}
 		case <-done:
+			select {
+			case <-ch:
+				continue // a commit that completed first wins
+			default:
+			}
 			return ctx.Err()
 		case <-closed:
 			return storage.ErrClosed

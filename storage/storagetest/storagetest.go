@@ -83,6 +83,7 @@ var tests = []test{
 	{"WaitChangeAbsent", testWaitChangeAbsent},
 	{"WaitChangeContext", testWaitChangeContext},
 	{"WaitChangeLoop", testWaitChangeLoop},
+	{"WaitChangeOwnCommit", testWaitChangeOwnCommit},
 	{"Closed", testClosed},
 	{"CloseWakesWaiters", testCloseWakesWaiters},
 	{"CloseWhileBusy", testCloseWhileBusy},
@@ -1723,6 +1724,43 @@ func testWaitChangeLoop(t *testing.T, db storage.DB) {
 		t.Fatalf("writer: %v", err)
 	}
 	t.Logf("%d wake-ups for 4 changes among 20 commits", wakeups)
+}
+
+// testWaitChangeOwnCommit: a commit wakes the WaitChange calls of the
+// same DB on the keys it wrote by the time its Update returns, so such a
+// call returns nil even when its context ends right after. (On
+// FoundationDB a watch fires only once a storage server has applied the
+// commit, milliseconds later; a write owner's watch hub waits on a key
+// its own commits write.) Sets, Clears and ClearRanges all wake.
+func testWaitChangeOwnCommit(t *testing.T, db storage.DB) {
+	writes := []struct {
+		what  string
+		write func(tx storage.Tx)
+		after []byte
+	}{
+		{"Set", func(tx storage.Tx) { tx.Set(b("k"), b("1")) }, b("1")},
+		{"Clear", func(tx storage.Tx) { tx.Clear(b("k")) }, nil},
+		{"Set of an absent key", func(tx storage.Tx) { tx.Set(b("k"), b("2")) }, b("2")},
+		{"ClearRange", func(tx storage.Tx) { tx.ClearRange(b("j"), b("l")) }, nil},
+		{"Set to empty", func(tx storage.Tx) { tx.Set(b("k"), []byte{}) }, []byte{}},
+		{"Set among others", func(tx storage.Tx) {
+			tx.Set(b("a"), b("x"))
+			tx.Set(b("k"), b("3"))
+			tx.Set(b("z"), b("x"))
+		}, b("3")},
+	}
+	var seen []byte // k is absent
+	for _, w := range writes {
+		ctx, cancel := context.WithCancel(testCtx(t))
+		done := waitAsync(ctx, db, "k", seen)
+		mustBlock(t, done, "WaitChange(k) before "+w.what)
+		update(t, db, func(tx storage.Tx) error { w.write(tx); return nil })
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("WaitChange(k) canceled right after the %s of k returned: %v, want nil (the commit wakes it before Update returns)", w.what, err)
+		}
+		seen = w.after
+	}
 }
 
 // --- Close ---------------------------------------------------------------------

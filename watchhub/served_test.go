@@ -1,0 +1,57 @@
+package watchhub
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/fdb-etcd/fdb-etcd/progress"
+)
+
+// deafSource is a store whose change notification never comes: WaitRev
+// returns only a head that had already passed when it was called, as a
+// replica's hub waiting for a FoundationDB watch that has not fired yet.
+// parked counts the waits that found nothing and block.
+type deafSource struct {
+	*gatedSource
+	parked atomic.Int64
+}
+
+func (d *deafSource) WaitRev(ctx context.Context, after int64) (int64, error) {
+	rev, _, err := d.Rev(ctx)
+	if err != nil || rev > after {
+		return rev, err
+	}
+	d.parked.Add(1)
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// TestServedRevisionWakesReplicaHub: on a replica (Served, not SoleWriter)
+// a revision the process put in a response header (the owner's answer to
+// a write it forwarded) wakes the hub, which reads and delivers it without
+// the store's notification; a rise the hub has already dispatched is
+// nothing to wait for.
+func TestServedRevisionWakesReplicaHub(t *testing.T) {
+	s := newStore(t)
+	served := &progress.Served{}
+	src := &deafSource{gatedSource: &gatedSource{Store: s}}
+	h := newHub(t, src, Config{Served: served})
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	st := h.NewStream()
+	defer st.Close()
+	if err := st.Watch(ctx, Options{Key: []byte("k")}); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, st, func(r Response) bool { return r.Kind == KindCreated })
+	for i, v := range []string{"1", "2", "3"} {
+		waitFor(t, func() bool { return src.parked.Load() > int64(i) })
+		rev := putKey(t, s, "k", v)
+		served.Observe(rev)
+		drain(t, st, func(r Response) bool { return r.Kind == KindEvents && r.Rev == rev })
+		if err := h.WaitCaughtUp(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
