@@ -26,6 +26,29 @@ func checkEventsAtOrBelow(head int64, revs []RevisionEvents) {
 	}
 }
 
+// checkWatchBatch: a watch-log read returns each revision of From..To at
+// most once, in order, each event at its revision's number and no key
+// twice in one revision.
+func checkWatchBatch(b EventBatch) {
+	last := b.From - 1
+	for _, r := range b.Revs {
+		if r.Rev <= last || r.Rev > b.To {
+			panic(fmt.Sprintf("mvcc: revision %d returned after %d in a batch of %d..%d", r.Rev, last, b.From, b.To))
+		}
+		last = r.Rev
+		keys := make(map[string]bool, len(r.Events))
+		for _, ev := range r.Events {
+			if ev.Kv == nil {
+				continue
+			}
+			if ev.Kv.ModRevision != r.Rev || keys[string(ev.Kv.Key)] {
+				panic(fmt.Sprintf("mvcc: event of %q at revision %d in revision %d, or twice", ev.Kv.Key, ev.Kv.ModRevision, r.Rev))
+			}
+			keys[string(ev.Kv.Key)] = true
+		}
+	}
+}
+
 // checkRangeHeader: every key a Range returns was written at or below the
 // response header's revision.
 func checkRangeHeader(resp *pb.RangeResponse) {

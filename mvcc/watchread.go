@@ -87,6 +87,7 @@ func (s *Store) ReadWatchEvents(ctx context.Context, r WatchRead) (EventBatch, e
 		if c.absorb(t) {
 			if invariants {
 				checkEventsAtOrBelow(c.b.Head, c.b.Revs)
+				checkWatchBatch(c.b)
 			}
 			return c.b, nil
 		}

@@ -71,6 +71,9 @@ func (s *Sequencer[Resp]) commitPrefix(batch []*pending[Resp]) (answered int, st
 		start := s.cfg.Now()
 		s.batchStarted()
 		err := s.db.Update(ctx, a.run)
+		if a.uncertain && givesBack(err, len(batch)) {
+			err = s.fence(ctx, a, err)
+		}
 		s.batchDecided()
 		var shrink errShrink
 		var pend *errPending
@@ -124,6 +127,49 @@ func (s *Sequencer[Resp]) classify(err error) error {
 	return err
 }
 
+// givesBack reports whether an attempt's outcome hands the requests of its
+// batch of n to a later batch without having committed them.
+func givesBack(err error, n int) bool {
+	var shrink errShrink
+	var pend *errPending
+	return errors.As(err, &shrink) || errors.As(err, &pend) || errors.Is(err, errStageFirst) ||
+		(n > 1 && tooLarge(err))
+}
+
+// fence settles an attempt that gives its batch back (givesBack) after a
+// run that went to commit and failed: that commit may have been reported
+// unknown (1021) and still land, and the requests would then be applied
+// twice, by it and by the batch that takes them again. One transaction
+// either finds the attempt's marker — the commit landed: the answers are
+// rebuilt from it (errLanded) — or rewrites the head as it is. Every run
+// of the attempt read the head, so a commit still in flight conflicts
+// with that write and never lands. It returns cause once fenced.
+func (s *Sequencer[Resp]) fence(ctx context.Context, a *attempt[Resp], cause error) error {
+	err := s.db.Update(ctx, func(tx storage.Tx) error {
+		vals, err := tx.GetMany([][]byte{keyspace.Head, keyspace.Batch(s.writer, a.seq)})
+		if err != nil {
+			return err
+		}
+		if vals[1] != nil {
+			if err := a.replay(tx, vals[1]); err != nil {
+				return err
+			}
+			a.marked = true
+			return errLanded
+		}
+		if vals[0] != nil {
+			tx.Set(keyspace.Head, vals[0])
+		} else {
+			tx.Clear(keyspace.Head) // still revision 1; the write is the fence
+		}
+		return nil
+	})
+	if err == nil {
+		return cause
+	}
+	return err
+}
+
 func tooLarge(err error) bool {
 	return errors.Is(err, storage.ErrTransactionTooLarge) ||
 		errors.Is(err, storage.ErrKeyTooLarge) || errors.Is(err, storage.ErrValueTooLarge)
@@ -139,6 +185,10 @@ type attempt[Resp any] struct {
 	base    int64 // the head the batch applied on
 	newHead int64 // the head it wrote, 0 if it wrote none
 	marked  bool  // its marker is stored: the batch wrote, or an earlier attempt did
+	// committing: the last run returned to commit its writes. A run after
+	// one that did makes the attempt uncertain: that commit failed, and it
+	// may have been reported unknown and land later (fence).
+	committing, uncertain bool
 
 	runs     int
 	lastTook time.Duration
@@ -149,7 +199,8 @@ func (a *attempt[Resp]) run(tx storage.Tx) error {
 	began := s.cfg.Now()
 	defer func() { a.lastTook = s.cfg.Now().Sub(began) }()
 	a.runs++
-	a.written, a.newHead, a.marked = 0, 0, false
+	a.uncertain = a.uncertain || a.committing
+	a.written, a.newHead, a.marked, a.committing = 0, 0, false, false
 	// The batch marker can only exist once an attempt of this batch has
 	// run (the writer is new to each process and seq to each batch), so the
 	// first attempt does not read it; a retry reads it with the head, in the
@@ -189,7 +240,11 @@ func (a *attempt[Resp]) run(tx storage.Tx) error {
 	if invariants {
 		checkNothingAbove(tx, head.Rev)
 	}
-	return a.apply(cached, head.Rev, env)
+	if err := a.apply(cached, head.Rev, env); err != nil {
+		return err
+	}
+	a.committing = a.marked
+	return nil
 }
 
 // maxPrefetch bounds the keys one batch reads ahead; a batch of many large

@@ -187,13 +187,16 @@ func (q *queue) closeQueue() {
 }
 
 // checkEvents verifies, in race-enabled builds, that a watcher's events
-// arrive in strictly increasing revision order across responses and never
-// above the response's header revision. The caller holds qmu.
+// arrive in strictly increasing revision order across responses, never
+// above the response's header revision, and never twice: within one
+// revision (a transaction's or a range delete's events share it) no key
+// appears twice. The caller holds qmu.
 func checkEvents(w *Watcher, r Response) {
 	if !invariants {
 		return
 	}
 	prev := w.lastRev
+	var keys map[string]bool // the keys of revision prev in this response
 	for i, ev := range r.Events {
 		rev := ev.Rev()
 		switch {
@@ -208,6 +211,13 @@ func checkEvents(w *Watcher, r Response) {
 		case !w.holds(ev.PB.Kv.Key):
 			panic(fmt.Sprintf("watchhub: watcher %d: event for key %q outside its range", w.id, ev.PB.Kv.Key))
 		}
+		if rev != prev || keys == nil {
+			keys = map[string]bool{}
+		}
+		if keys[string(ev.PB.Kv.Key)] {
+			panic(fmt.Sprintf("watchhub: watcher %d: event for key %q at revision %d twice in one response", w.id, ev.PB.Kv.Key, rev))
+		}
+		keys[string(ev.PB.Kv.Key)] = true
 		prev = rev
 	}
 	w.lastRev = prev

@@ -35,23 +35,28 @@ var table = []mapping{
 	{forward.ErrOwnerLost, rpctypes.ErrGRPCLeaderChanged},
 }
 
-// ToGRPC maps err onto etcd's gRPC error. Context errors pass through so gRPC
-// reports Canceled/DeadlineExceeded as etcd does; anything unknown becomes
-// codes.Unknown with the error's text, as etcd does.
+// ToGRPC maps err onto etcd's gRPC error. The table comes first: a domain
+// error that wraps a context error of the server's own (a write that timed
+// out, mvcc.ErrTimeout, wraps its commit deadline) is etcd's error, never
+// DeadlineExceeded, which clientv3 answers by sending the request again —
+// a write that had landed would be applied twice. Other context errors
+// pass through so gRPC reports Canceled/DeadlineExceeded as etcd does;
+// anything unknown becomes codes.Unknown with the error's text, as etcd
+// does.
 func ToGRPC(err error) error {
 	if err == nil {
 		return nil
+	}
+	for _, m := range table {
+		if errors.Is(err, m.domain) {
+			return m.grpc
+		}
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	if _, ok := status.FromError(err); ok {
 		return err
-	}
-	for _, m := range table {
-		if errors.Is(err, m.domain) {
-			return m.grpc
-		}
 	}
 	return status.Error(codes.Unknown, err.Error())
 }

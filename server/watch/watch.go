@@ -215,6 +215,9 @@ func (s *Server) Watch(gs pb.Watch_WatchServer) error {
 	}
 	defer s.closeStream(hub)
 	ss := &stream{srv: s, gs: gs, st: hub.NewStream()}
+	if invariants {
+		ss.sent = sentEvents{}
+	}
 	// The receive loop gets a goroutine; the send loop runs on the
 	// handler's own, which saves a goroutine (and its stack) per stream
 	// against etcd's three. The receive loop ends when the handler returns,
@@ -234,9 +237,10 @@ func (s *Server) Watch(gs pb.Watch_WatchServer) error {
 }
 
 type stream struct {
-	srv *Server
-	gs  pb.Watch_WatchServer
-	st  *watchhub.Stream
+	srv  *Server
+	gs   pb.Watch_WatchServer
+	st   *watchhub.Stream
+	sent sentEvents // race-enabled builds only (invariants)
 }
 
 // recvLoop handles the client's requests until the client closes its side
@@ -376,6 +380,7 @@ func (ss *stream) sendBatch(buf []watchhub.Response, periodic *progress.Periodic
 	obs := ss.srv.cfg.Observer
 	for i := range buf {
 		r := &buf[i]
+		ss.sent.check(r)
 		switch r.Kind {
 		case watchhub.KindCreated:
 			if r.ProgressNotify {
