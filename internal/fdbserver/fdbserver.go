@@ -42,6 +42,10 @@ type Config struct {
 	// Storage is the storage engine: memory (default), ssd-2 or
 	// ssd-redwood-1.
 	Storage string
+	// StorageMemory is each process's --storage-memory (the memory
+	// engine's capacity, default 1GiB): a benchmark that writes faster
+	// than the suites fills the default, and ratekeeper then stops writes.
+	StorageMemory string
 	// Coordinators is how many processes (the first ones) coordinate;
 	// default 3, or 1 when there are fewer than 3 processes.
 	Coordinators int
@@ -227,6 +231,9 @@ func (c *Cluster) newProcess(i int, addr string) (*process, error) {
 	}
 	for _, k := range c.cfg.Knobs {
 		args = append(args, "--knob_"+k)
+	}
+	if c.cfg.StorageMemory != "" {
+		args = append(args, "--storage-memory", c.cfg.StorageMemory)
 	}
 	if i < len(c.cfg.Classes) && c.cfg.Classes[i] != "" {
 		args = append(args, "--class", c.cfg.Classes[i])

@@ -29,12 +29,13 @@ func run(args []string) int {
 	fs.IntVar(&cfg.Processes, "processes", 1, "fdbserver processes")
 	fs.StringVar(&cfg.Redundancy, "redundancy", "single", "redundancy mode: single, double or triple")
 	fs.StringVar(&cfg.Storage, "storage", "memory", "storage engine: memory, ssd-2 or ssd-redwood-1")
+	fs.StringVar(&cfg.StorageMemory, "storage-memory", "", "each process's --storage-memory (memory engine capacity; fdbserver's default 1GiB)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	args = fs.Args()
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: withfdb [-processes N] [-redundancy R] [-storage S] command [args...]")
+		fmt.Fprintln(os.Stderr, "usage: withfdb [-processes N] [-redundancy R] [-storage S] [-storage-memory SIZE] command [args...]")
 		return 2
 	}
 	srv, err := fdbserver.StartCluster(cfg)
