@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -154,7 +155,24 @@ func startFDBEtcd(dir string) (*store, error) {
 	return st, nil
 }
 
+// startEmbeddedEtcd starts the reference etcd on two ports that were free a
+// moment ago; when another process took one in between (the machine runs
+// other tests), it tries again on fresh ports, as fdbetcd.Start does.
 func startEmbeddedEtcd(dir string) (*store, error) {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var st *store
+		if st, err = startEmbeddedEtcdOnce(dir); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			return st, err
+		}
+		if rmErr := os.RemoveAll(filepath.Join(dir, "etcd.data")); rmErr != nil {
+			return nil, rmErr
+		}
+	}
+	return nil, err
+}
+
+func startEmbeddedEtcdOnce(dir string) (*store, error) {
 	cfg := embed.NewConfig()
 	cfg.Dir = filepath.Join(dir, "etcd.data")
 	// Durable, as fdb-etcd is: an etcd without fsync would answer its
