@@ -9,6 +9,7 @@
 //	0x01 'c'                      compaction: requested and physically finished revisions
 //	0x01 'p'                      pending: the one staged write in progress (reserved revision, request)
 //	0x01 'b'                      pending beat: bumped while a staged write makes progress
+//	0x01 'r' rev id               read pins: a Range reading across transactions holds compaction at rev
 //	0x02 key                      latest: the newest version's metadata of key (or its tombstone)
 //	0x03 esc(key) rev             history: one version of key, with the first value chunk
 //	0x04 esc(key) rev idx         chunks: value chunks 1.. of one version
@@ -91,6 +92,29 @@ var Pending = []byte{famMeta, 'p'}
 // It is apart from Pending so that the beats never conflict with the
 // staging transactions, which read Pending.
 var PendingBeat = []byte{famMeta, 'b'}
+
+// ReadPin is the key of read pin id, which holds physical compaction at rev
+// while a Range reads across several transactions. Pins sort by revision,
+// so the lowest is the first of ReadPins.
+func ReadPin(rev int64, id uint64) []byte {
+	out := make([]byte, 0, 2+8+8)
+	out = append(out, readPins...)
+	out = appendU64(out, uint64(rev))
+	return appendU64(out, id)
+}
+
+var readPins = []byte{famMeta, 'r'}
+
+// ReadPins covers every read pin, lowest revision first.
+func ReadPins() ([]byte, []byte) { return bytes.Clone(readPins), []byte{famMeta, 'r' + 1} }
+
+// ParseReadPin returns the revision of a ReadPin key.
+func ParseReadPin(k []byte) (int64, error) {
+	if len(k) != len(readPins)+16 || !bytes.HasPrefix(k, readPins) {
+		return 0, ErrMalformed
+	}
+	return int64(binary.BigEndian.Uint64(k[len(readPins):])), nil
+}
 
 // Singleton names a key owned by a layer above mvcc (lease ownership, ...).
 func Singleton(name string) []byte {

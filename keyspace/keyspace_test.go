@@ -22,6 +22,7 @@ func TestGoldenEncoding(t *testing.T) {
 	line("Compaction", Compaction)
 	line("Pending", Pending)
 	line("PendingBeat", PendingBeat)
+	line("ReadPin(9, 2)", ReadPin(9, 2))
 	line("Singleton(lease-owner)", Singleton("lease-owner"))
 	line("Latest(/registry/a)", Latest([]byte("/registry/a")))
 	line("History(a\\x00b, 258)", History([]byte("a\x00b"), 258))

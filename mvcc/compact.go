@@ -120,7 +120,7 @@ func (s *Store) notifyCompacted(finished int64) {
 func (s *Store) compactor() {
 	defer s.wg.Done()
 	ctx := s.ctx
-	seen := markerSeen{}
+	seen := newHoldersSeen()
 	wake := time.NewTimer(time.Hour)
 	wake.Stop()
 	defer wake.Stop()
@@ -178,7 +178,7 @@ func (s *Store) compactTo(ctx context.Context, target int64) bool {
 	return true
 }
 
-// markerSeen is when the compactor first saw each batch marker it still
+// markerSeen is when the compactor first saw each holder of a kind it still
 // finds, by key.
 type markerSeen map[string]time.Time
 
@@ -212,32 +212,49 @@ const maxMarkers = 4096
 //   - with SoleWriter, no other process writes the storage, and this
 //     store's own sequencer says when its batches running at that moment
 //     are decided (Sequencer.Settle), usually at once.
-func (s *Store) compactTarget(ctx context.Context, seen markerSeen) (int64, time.Duration, error) {
+func (s *Store) compactTarget(ctx context.Context, seen holdersSeen) (int64, time.Duration, error) {
 	var c compaction
-	var markers []revision.Marker
+	var markers, pins []holder
 	var more bool
 	err := s.db.View(ctx, func(tx storage.ReadTx) error {
 		v, err := tx.Get(keyspace.Compaction)
 		if err != nil {
 			return err
 		}
-		if c, err = decodeCompaction(v); err != nil || s.cfg.SoleWriter || c.Requested <= c.Finished {
-			return err // nothing to wait for: no marker to read
+		if c, err = decodeCompaction(v); err != nil || c.Requested <= c.Finished {
+			return err // nothing to wait for: nothing to read
 		}
-		markers, more, err = revision.ReplayableMarkers(tx, maxMarkers)
+		if pins, err = readPins(tx); err != nil || s.cfg.SoleWriter {
+			return err // no marker to read
+		}
+		markers, more, err = replayableMarkers(tx)
 		return err
 	})
 	if err != nil {
 		return 0, 0, err
 	}
+	target, wait := c.Requested, time.Duration(0)
+	var expired [][]byte
 	if s.cfg.SoleWriter {
-		return c.Requested, 0, s.seq.Settle(ctx)
+		err = s.seq.Settle(ctx)
+	} else {
+		target, wait, expired = heldTarget(target, markers, seen.markers, s.cfg.Now(), s.cfg.Sequencer.ReplayWindow())
 	}
-	target, wait, expired := replaySafe(c.Requested, markers, seen, s.cfg.Now(), s.cfg.Sequencer.ReplayWindow())
-	if len(expired) > 0 {
+	pinned, pinWait, pinsExpired := heldTarget(target, pins, seen.pins, s.cfg.Now(), s.cfg.ReadPinWindow)
+	if len(pins) == maxPins {
+		// Pins not looked at are no lower than the last one read.
+		pinned, pinWait = min(pinned, pins[maxPins-1].floor), max(pinWait, pinPoll)
+	}
+	if pinned < target {
+		// A Range usually drops its pin within moments; look again soon
+		// rather than when the pin would expire.
+		target, wait = pinned, min(pinWait, pinPoll)
+	}
+	expired = append(expired, pinsExpired...)
+	if err == nil && len(expired) > 0 {
 		err = s.db.Update(ctx, func(tx storage.Tx) error {
 			for _, k := range expired {
-				revision.ClearMarker(tx, k)
+				tx.Clear(k)
 			}
 			return nil
 		})
@@ -250,15 +267,41 @@ func (s *Store) compactTarget(ctx context.Context, seen markerSeen) (int64, time
 	return max(target, c.Finished), wait, err
 }
 
-// replaySafe lowers target to the floor of every marker seen for less than
+// pinPoll is how often the compactor looks again while a read pin holds it
+// back; a pin of this process wakes it when it goes.
+const pinPoll = 100 * time.Millisecond
+
+// holder is a record that holds physical compaction at floor: a batch
+// marker (a batch that may replay reading floor) or a read pin.
+type holder struct {
+	key   []byte
+	floor int64
+}
+
+func replayableMarkers(tx storage.ReadTx) ([]holder, bool, error) {
+	ms, more, err := revision.ReplayableMarkers(tx, maxMarkers)
+	hs := make([]holder, len(ms))
+	for i, m := range ms {
+		hs[i] = holder{key: m.Key, floor: m.Floor}
+	}
+	return hs, more, err
+}
+
+// holdersSeen is when the compactor first saw each batch marker and each
+// read pin it still finds.
+type holdersSeen struct{ markers, pins markerSeen }
+
+func newHoldersSeen() holdersSeen { return holdersSeen{markers: markerSeen{}, pins: markerSeen{}} }
+
+// heldTarget lowers target to the floor of every holder seen for less than
 // window, and returns how long until the first of those expires and the
-// markers that have. seen is updated to the markers found.
-func replaySafe(target int64, markers []revision.Marker, seen markerSeen, now time.Time, window time.Duration) (int64, time.Duration, [][]byte) {
+// holders that have. seen is updated to the holders found.
+func heldTarget(target int64, holders []holder, seen markerSeen, now time.Time, window time.Duration) (int64, time.Duration, [][]byte) {
 	var wait time.Duration
 	var expired [][]byte
-	found := make(map[string]bool, len(markers))
-	for _, m := range markers {
-		k := string(m.Key)
+	found := make(map[string]bool, len(holders))
+	for _, h := range holders {
+		k := string(h.key)
 		found[k] = true
 		first, ok := seen[k]
 		if !ok {
@@ -267,9 +310,9 @@ func replaySafe(target int64, markers []revision.Marker, seen markerSeen, now ti
 		age := now.Sub(first)
 		switch {
 		case age >= window:
-			expired = append(expired, m.Key)
-		case m.Floor < target:
-			target = m.Floor
+			expired = append(expired, h.key)
+		case h.floor < target:
+			target = h.floor
 			if left := window - age; wait == 0 || left < wait {
 				wait = left
 			}

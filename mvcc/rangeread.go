@@ -34,12 +34,15 @@ func (s *Store) RangeChunk(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRe
 	return resp, err
 }
 
-// rangeRead answers a Range. A Range at revision 0 reads the newest revision
-// at its start; when a compaction passes that revision while the range is
-// paged, it is read again at the newer head rather than failing, since etcd
-// never answers a Range at revision 0 with ErrCompacted. Each attempt starts
-// at a head at least as new as the compaction that stopped the previous one,
-// so an attempt fails again only if another compaction overtakes it.
+// rangeRead answers a Range. A Range that needs more than one read
+// transaction reads them all at the revision its first fixed, under a read
+// pin (readpin.go) that keeps a compaction passing that revision meanwhile
+// from removing what the later ones read, as etcd's single read transaction
+// is never disturbed. The pin is written once the second transaction is
+// needed; if a compaction passed the revision before it was, a Range at
+// revision 0 is read again, under that pin, at the newer head — which
+// nothing can take away — since etcd never answers a Range at revision 0
+// with ErrCompacted; one at an older revision fails with it.
 //
 // A serializable Range may read a recent snapshot rather than the latest
 // (storage.Recent): etcd serves it from one member's state, which may lag
@@ -50,8 +53,15 @@ func (s *Store) rangeRead(ctx context.Context, r *pb.RangeRequest, withCount boo
 	if r.Serializable {
 		ctx = storage.WithFreshness(ctx, storage.Recent)
 	}
+	var pin *readPin
+	defer func() { s.unpin(pin) }()
 	for {
-		resp, err := s.rangeAttempt(ctx, r, withCount)
+		if pin != nil && !s.pinLive(pin) {
+			s.unpin(pin)
+			pin = nil
+		}
+		resp, held, err := s.rangeAttempt(ctx, r, withCount, pin)
+		pin = held
 		if r.Revision > 0 || !errors.Is(err, ErrCompacted) || ctx.Err() != nil {
 			return resp, err
 		}
@@ -76,6 +86,10 @@ type rangeScan struct {
 	kept         []*entry
 	count        int
 	cursor       []byte
+	// pin holds physical compaction for the scan once it needs a second
+	// transaction; pinned: it still may be relied on.
+	pin    *readPin
+	pinned bool
 }
 
 // pageResult is what one read transaction found; it is applied to the scan
@@ -89,8 +103,10 @@ type pageResult struct {
 	next      []byte
 }
 
-func (s *Store) rangeAttempt(ctx context.Context, r *pb.RangeRequest, withCount bool) (*pb.RangeResponse, error) {
-	q := &rangeScan{r: r, end: normEnd(r.RangeEnd), keep: keepFor(r), pageKeys: s.cfg.PageKeys, cached: -1, scanCount: withCount, cursor: r.Key}
+// rangeAttempt reads the range once, under pin if one is held already; it
+// returns the pin it holds, new or not, for rangeRead to remove.
+func (s *Store) rangeAttempt(ctx context.Context, r *pb.RangeRequest, withCount bool, pin *readPin) (*pb.RangeResponse, *readPin, error) {
+	q := &rangeScan{r: r, end: normEnd(r.RangeEnd), keep: keepFor(r), pageKeys: s.cfg.PageKeys, cached: -1, scanCount: withCount, cursor: r.Key, pin: pin}
 	// A range that returns every key it keeps reads their values in the
 	// transaction that finds them, so its pages hold no more keys than
 	// one transaction reads values for.
@@ -102,6 +118,12 @@ func (s *Store) rangeAttempt(ctx context.Context, r *pb.RangeRequest, withCount 
 	// Filters and sorting read the whole range anyway.
 	q.countable = withCount && q.end != nil && (r.CountOnly || q.keep >= 0)
 	for first := true; q.cursor != nil; first = false {
+		if !first {
+			if err := s.pinScan(ctx, q); err != nil {
+				return nil, q.pin, err
+			}
+		}
+		q.pinned = s.pinLive(q.pin)
 		var res pageResult
 		err := s.db.View(ctx, func(tx storage.ReadTx) error {
 			var err error
@@ -109,7 +131,7 @@ func (s *Store) rangeAttempt(ctx context.Context, r *pb.RangeRequest, withCount 
 			return err
 		})
 		if err != nil {
-			return nil, err
+			return nil, q.pin, err
 		}
 		if q.apply(res, first) {
 			break
@@ -118,11 +140,31 @@ func (s *Store) rangeAttempt(ctx context.Context, r *pb.RangeRequest, withCount 
 	if q.cached >= 0 {
 		q.count = int(q.cached)
 	}
-	resp, err := buildRange(r, q.kept, q.count, q.head, func(es []*entry) error { return s.resolvePaged(ctx, es, q.rev) })
+	resp, err := buildRange(r, q.kept, q.count, q.head, func(es []*entry) error { return s.resolvePaged(ctx, q, es) })
 	if err == nil && withCount && q.end != nil {
 		s.leaveCounts(r, q.rev, resp)
 	}
-	return resp, err
+	return resp, q.pin, err
+}
+
+// pinScan makes sure a scan about to read another transaction holds a pin
+// that keeps what it reads. A pin written after a compaction passed the
+// scan's revision cannot, and ends the attempt with ErrCompacted.
+func (s *Store) pinScan(ctx context.Context, q *rangeScan) error {
+	if s.pinLive(q.pin) {
+		return nil
+	}
+	s.unpin(q.pin)
+	q.pin = nil
+	p, err := s.pinReads(ctx)
+	if err != nil {
+		return err
+	}
+	q.pin = p
+	if p.floor > q.rev {
+		return ErrCompacted
+	}
+	return nil
 }
 
 // apply takes a page's result into the scan and reports whether the scan is
@@ -158,7 +200,7 @@ func (q *rangeScan) readPage(tx storage.ReadTx, counts *countCache, first bool) 
 			res.rev = res.head
 		}
 	}
-	if res.rev < c.Requested {
+	if res.rev < c.Requested && !(q.pinned && res.rev >= q.pin.floor) {
 		return res, ErrCompacted
 	}
 	scanCount := q.scanCount
@@ -286,21 +328,26 @@ const inlineValues = 16
 // valuesPerTx bounds the values one read transaction reads.
 const valuesPerTx = 2_000
 
-// resolvePaged reads values in bounded read transactions, failing if a
-// compaction past rev could have removed them meanwhile.
-func (s *Store) resolvePaged(ctx context.Context, es []*entry, rev int64) error {
+// resolvePaged reads values in bounded read transactions, under the scan's
+// read pin, failing if a compaction past the scan's revision could have
+// removed them meanwhile.
+func (s *Store) resolvePaged(ctx context.Context, q *rangeScan, es []*entry) error {
 	const perTx = valuesPerTx
 	if !slices.ContainsFunc(es, func(e *entry) bool { return !e.has }) {
 		return nil // resolved in the transaction that found them
 	}
 	for len(es) > 0 {
 		n := min(len(es), perTx)
+		if err := s.pinScan(ctx, q); err != nil {
+			return err
+		}
+		pinned := s.pinLive(q.pin) && q.rev >= q.pin.floor
 		err := s.db.View(ctx, func(tx storage.ReadTx) error {
 			_, c, err := readState(tx)
 			if err != nil {
 				return err
 			}
-			if rev < c.Requested {
+			if q.rev < c.Requested && !pinned {
 				return ErrCompacted
 			}
 			return resolveValues(tx, es[:n])

@@ -254,7 +254,7 @@ func TestPhysicalCompactionWaitsOutReplays(t *testing.T) {
 	if _, err := s.Compact(ctx, &pb.CompactionRequest{Revision: 5}); err != nil {
 		t.Fatal(err)
 	}
-	seen := markerSeen{}
+	seen := newHoldersSeen()
 	window := s.cfg.Sequencer.ReplayWindow()
 	target, later, err := s.compactTarget(ctx, seen)
 	if err != nil || target != 1 || later != window {

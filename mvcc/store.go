@@ -41,6 +41,10 @@ type Config struct {
 	// store's own batches instead of the sequencer's replay window
 	// (compactTarget).
 	SoleWriter bool
+	// ReadPinWindow is how long a Range that reads across several
+	// transactions may rely on its read pin (readpin.go), and after how
+	// long the compactor clears a pin it found; 0 means a minute.
+	ReadPinWindow time.Duration
 	// Now is the clock physical compaction measures its waits with; nil
 	// means time.Now.
 	Now func() time.Time
@@ -85,6 +89,9 @@ func Open(db storage.DB, cfg Config) (*Store, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.ReadPinWindow <= 0 {
+		cfg.ReadPinWindow = time.Minute
 	}
 	if cfg.StageBytes <= 0 {
 		cfg.StageBytes = 512 << 10
