@@ -180,9 +180,16 @@ func (c *watchCall) absorb(t *txRead) bool {
 	if complete == 0 && !done && c.req.NoSplit {
 		return true // the first revision does not fit one transaction
 	}
-	if c.partial != nil && len(revs) > 0 && revs[0].Rev == c.partial.Rev {
-		c.partial.Events = append(c.partial.Events, revs[0].Events...)
-		revs[0] = *c.partial
+	if c.partial != nil {
+		if len(revs) > 0 && revs[0].Rev == c.partial.Rev {
+			c.partial.Events = append(c.partial.Events, revs[0].Events...)
+			revs[0] = *c.partial
+		} else {
+			// The last transaction ended exactly at the partial
+			// revision's last event: this one found nothing more of it.
+			revs = append([]RevisionEvents{*c.partial}, revs...)
+			complete++
+		}
 		c.partial = nil
 	}
 	c.b.Revs = append(c.b.Revs, revs[:complete]...)

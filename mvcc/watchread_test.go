@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"strings"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -256,4 +257,48 @@ func sum(xs []int) int {
 		n += x
 	}
 	return n
+}
+
+// A revision read over several transactions whose last transaction ends
+// exactly at its last log part is still returned, once, with every event:
+// the next transaction finds nothing more of it (here, nothing at all: it is
+// the head), which is how its end shows.
+func TestWatchReadRevisionEndingAtATransaction(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, openPebble(t), mvcc.Config{})
+	const keys = 200 // about 1 kB per event: three log parts
+	long := strings.Repeat("x", 1000)
+	for i := 0; i < keys; i++ {
+		if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprintf("d/%s%03d", long, i)), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("d/"), RangeEnd: []byte("d0")})
+	if err != nil || d.Deleted != keys {
+		t.Fatalf("delete: %v, %v", d, err)
+	}
+	// KeysOnly with a budget of one byte reads one log part per transaction.
+	for _, from := range []int64{d.Header.Revision, d.Header.Revision - 1} {
+		b, err := s.ReadWatchEvents(ctx, mvcc.WatchRead{From: from, MaxBytes: 1, KeysOnly: true})
+		for err == nil && b.To < d.Header.Revision && len(b.Revs) > 0 {
+			var more mvcc.EventBatch
+			more, err = s.ReadWatchEvents(ctx, mvcc.WatchRead{From: b.To + 1, MaxBytes: 1, KeysOnly: true})
+			b.Revs, b.To = append(b.Revs, more.Revs...), more.To
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Revs) == 0 {
+			t.Fatalf("from %d: read to %d without a revision; want revision %d with %d events", from, b.To, d.Header.Revision, keys)
+		}
+		last := b.Revs[len(b.Revs)-1]
+		if b.To != d.Header.Revision || last.Rev != d.Header.Revision || len(last.Events) != keys {
+			t.Fatalf("from %d: read to %d, last revision %d with %d events; want revision %d with %d", from, b.To, last.Rev, len(last.Events), d.Header.Revision, keys)
+		}
+		for i, ev := range last.Events {
+			if want := fmt.Sprintf("d/%s%03d", long, i); string(ev.Kv.Key) != want {
+				t.Fatalf("event %d: %.12q..., want key %d", i, ev.Kv.Key, i)
+			}
+		}
+	}
 }
