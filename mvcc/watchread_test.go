@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
