@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,8 +98,7 @@ func TestWritesGoToTheOwner(t *testing.T) {
 	b := start(t, db, "b")
 	c := ctx(t)
 
-	// b learns the owner on start, but its connection to a comes up
-	// asynchronously: until then it commits locally.
+	// b learns the owner on start; writes wait for its connection to a.
 	deadline := time.Now().Add(10 * time.Second)
 	for forwarded(t, b, "ok") == 0 {
 		if time.Now().After(deadline) {
@@ -172,9 +173,35 @@ func TestWritesGoToTheOwner(t *testing.T) {
 	}
 }
 
-// warm writes through b until b has forwarded one write to the owner: its
-// connection to the owner comes up asynchronously, and until then it
-// commits locally.
+// TestFirstWritesWaitForTheOwnerConnection: a replica's first writes, sent
+// at once by many clients, wait for its connection to the owner instead of
+// committing locally, where they would race the owner's commits on the head
+// revision (and, under load, lose until their deadline).
+func TestFirstWritesWaitForTheOwnerConnection(t *testing.T) {
+	db := testdb.Open(t)
+	a := start(t, db, "a")
+	if _, err := a.Client.Put(ctx(t), "ready", "x"); err != nil {
+		t.Fatal(err)
+	}
+	b := start(t, db, "b") // reads the owner record as it starts
+	c := ctx(t)
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := b.Client.Put(c, fmt.Sprintf("first/%d", i), "v"); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if ok, local := forwarded(t, b, "ok"), forwarded(t, b, "local"); ok != 16 || local != 0 {
+		t.Fatalf("b's first 16 writes: %d forwarded, %d committed locally; want 16 and 0", ok, local)
+	}
+}
+
+// warm writes through b until b has forwarded one write to the owner.
 func warm(t *testing.T, b *testserver.Server) {
 	t.Helper()
 	c := ctx(t)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -40,9 +41,43 @@ func NewPeers(tlsConfig func() *tls.Config) *Peers {
 	return &Peers{tls: tlsConfig, conns: map[string]peer{}}
 }
 
-// ready returns the connection to the replica at rawURL if it is up, and
-// otherwise starts connecting and returns false.
-func (p *Peers) ready(rawURL string) (peer, bool) {
+// ready returns the connection to the replica at rawURL once it is up. A
+// connection still being made (a replica's first write, or the first after
+// ownership moved) is waited for, up to connectWait: committing here
+// instead would race the owner's stream of commits on the head revision,
+// and under load it loses every race until its deadline. One that failed
+// (the owner is unreachable) is not: the write commits here.
+func (p *Peers) ready(ctx context.Context, rawURL string) (peer, bool) {
+	pr, ok := p.conn(rawURL)
+	if !ok {
+		return peer{}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, connectWait)
+	defer cancel()
+	for {
+		st := pr.cc.GetState()
+		switch st {
+		case connectivity.Ready:
+			return pr, true
+		case connectivity.TransientFailure, connectivity.Shutdown:
+			pr.cc.Connect() // try again, for the next write
+			return peer{}, false
+		case connectivity.Idle:
+			pr.cc.Connect()
+		}
+		if !pr.cc.WaitForStateChange(ctx, st) {
+			return peer{}, false
+		}
+	}
+}
+
+// connectWait bounds how long a write waits for the connection to the
+// owner to come up; on loopback or a LAN it takes milliseconds.
+const connectWait = time.Second
+
+// conn returns the connection to rawURL, dialing it (without waiting) the
+// first time.
+func (p *Peers) conn(rawURL string) (peer, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -56,10 +91,6 @@ func (p *Peers) ready(rawURL string) (peer, bool) {
 		}
 		pr = peer{cc: cc, kv: pb.NewKVClient(cc), lease: pb.NewLeaseClient(cc)}
 		p.conns[rawURL] = pr
-	}
-	if pr.cc.GetState() != connectivity.Ready {
-		pr.cc.Connect()
-		return peer{}, false
 	}
 	return pr, true
 }

@@ -105,8 +105,8 @@ func (f *Forwarder) ForTenant(tenant string) *Forwarder {
 
 // target returns the owner's connection, or false to run the request here:
 // it was forwarded to this replica (which then marks its answer as its
-// own), this replica owns writes, nobody does, or the owner is not
-// connected.
+// own), this replica owns writes, nobody does, or the owner cannot be
+// reached (Peers.ready).
 func (f *Forwarder) target(ctx context.Context) (peer, bool) {
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(answeredKey, "1"))
@@ -116,10 +116,10 @@ func (f *Forwarder) target(ctx context.Context) (peer, bool) {
 	if v.Held || v.URL == "" {
 		return peer{}, false
 	}
-	p, ok := f.peers.ready(v.URL)
+	p, ok := f.peers.ready(ctx, v.URL)
 	if !ok {
-		// Not connected (yet, or any more): nothing was sent, so committing
-		// here is safe, only slower for the others.
+		// Not reachable: nothing was sent, so committing here is safe,
+		// only slower for the others.
 		f.obs.ForwardedWrite("local")
 	}
 	return p, ok
