@@ -230,7 +230,29 @@ func startEtcd(t *testing.T, name, dir string, peerPort int) (*clientv3.Client, 
 	case <-time.After(30 * time.Second):
 		t.Fatal("etcd not ready")
 	}
-	return newClient(t, curl.String()), curl.String()
+	cli := newClient(t, curl.String())
+	waitStorageVersion(t, cli, curl.String())
+	return cli, curl.String()
+}
+
+// waitStorageVersion waits until etcd has written meta/storageVersion, which
+// it does from a monitor that runs every 4 s, not at start: a snapshot taken
+// before that lacks the key and its version (fdb-etcd writes it at once).
+func waitStorageVersion(t *testing.T, cli *clientv3.Client, endpoint string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s, err := cli.Status(ctx, endpoint)
+		cancel()
+		if err == nil && s.StorageVersion != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd at %s wrote no storage version: %v", endpoint, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 type op func(ctx context.Context, cli *clientv3.Client) error
