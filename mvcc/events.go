@@ -19,8 +19,13 @@ type RevisionEvents struct {
 }
 
 // WaitRev blocks until the current revision exceeds after, and returns it.
-// It is woken by the storage's commit notification, never by polling.
-func (s *Store) WaitRev(ctx context.Context, after int64) (int64, error) {
+// It is woken by the storage's commit notification, never by polling, or
+// by wake closing: then it returns the last head it read, which may be
+// after itself. wake ends only the wait for a notification, never a read
+// of the head: a caller that learns of a commit elsewhere (a replica's
+// watch hub, told by the owner) would otherwise throw away the read it
+// interrupts, and it learns of one at nearly every commit.
+func (s *Store) WaitRev(ctx context.Context, after int64, wake <-chan struct{}) (int64, error) {
 	f := storage.Latest
 	for {
 		raw, rev, err := s.readHead(storage.WithFreshness(ctx, f))
@@ -34,14 +39,39 @@ func (s *Store) WaitRev(ctx context.Context, after int64) (int64, error) {
 			f = storage.Latest
 			continue
 		}
-		if err := s.db.WaitChange(ctx, keyspace.Head, raw); err != nil {
-			return 0, err
+		if woken, err := s.waitChange(ctx, raw, wake); woken || err != nil {
+			return rev, err
 		}
 		// When a commit of this DB woke us, a recent snapshot has it
 		// (storage.Recent never reads below one) and may spare
 		// FoundationDB's read version round trip.
 		f = storage.Recent
 	}
+}
+
+// waitChange waits for the head to change from raw, or for wake to close
+// (woken, with no error), or for ctx to end.
+func (s *Store) waitChange(ctx context.Context, raw []byte, wake <-chan struct{}) (woken bool, err error) {
+	select {
+	case <-wake:
+		return true, nil
+	default:
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Cancels the wait when wake closes; ends with it otherwise.
+	go func() {
+		select {
+		case <-wake:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	err = s.db.WaitChange(wctx, keyspace.Head, raw)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return true, nil
+	}
+	return false, err
 }
 
 // readHead reads the raw head and its revision.

@@ -46,8 +46,9 @@ import (
 type Source interface {
 	// Rev returns the current and the compacted revision.
 	Rev(ctx context.Context) (rev, compacted int64, err error)
-	// WaitRev blocks until the current revision exceeds after.
-	WaitRev(ctx context.Context, after int64) (int64, error)
+	// WaitRev blocks until the current revision exceeds after, or until
+	// wake closes (then the head it returns may be after itself).
+	WaitRev(ctx context.Context, after int64, wake <-chan struct{}) (int64, error)
 	// ReadWatchEvents reads the events of revisions r.From.. (see mvcc).
 	ReadWatchEvents(ctx context.Context, r mvcc.WatchRead) (mvcc.EventBatch, error)
 }
@@ -90,6 +91,14 @@ type Config struct {
 	// store's head after answering from memory, and a newer head gets a
 	// second notification, as the answer without Served would carry.
 	SoleWriter bool
+	// Committed, on a store other processes write, is a watermark of
+	// revisions this process learns are committed without reading the
+	// store: the write owner's feed (server/commitfeed). The tail reads
+	// them as soon as they rise, instead of after the store's change
+	// notification (on FoundationDB a watch firing 10–20 ms after the
+	// commit). It says nothing of what clients were told, so progress
+	// answers do not use it.
+	Committed *progress.Served
 }
 
 func (c *Config) defaults() {
@@ -131,9 +140,10 @@ type Hub struct {
 	mu   sync.Mutex
 	rev  int64 // every revision <= rev has been dispatched
 	head int64 // the newest committed revision the hub knows of
-	// wake ends the tail's wait for the store's next commit (learnHead);
-	// nil while the tail is not waiting.
-	wake     context.CancelFunc
+	// wake ends the tail's wait for the store's next commit notification
+	// (learnHead), not its read of the head; nil while the tail is not
+	// waiting, and called at most once.
+	wake     func()
 	advanced chan struct{} // closed and replaced whenever rev advances
 	idx      *index
 	streams  map[*Stream]struct{}                         // open streams
@@ -316,8 +326,8 @@ func (h *Hub) awaitHead() (head int64, read, ok bool) {
 
 // waitHead waits for a commit past h.rev: the store's change notification,
 // a newer head that a read outside the tail learned meanwhile (learnHead),
-// or, on a replica, a rise of the process's Served watermark past the
-// hub's head, whichever comes first.
+// or, on a replica, a rise of the process's Served or Committed watermark
+// past the hub's head, whichever comes first.
 func (h *Hub) waitHead() (int64, error) {
 	h.mu.Lock()
 	after := h.rev
@@ -325,41 +335,50 @@ func (h *Hub) waitHead() (int64, error) {
 		defer h.mu.Unlock()
 		return h.head, nil
 	}
-	ctx, cancel := context.WithCancel(h.ctx)
-	h.wake = cancel
+	wake := make(chan struct{})
+	h.wake = func() { close(wake) }
 	h.mu.Unlock()
 	followed := func() {}
-	if served := h.cfg.Served; served != nil && !h.cfg.SoleWriter {
-		followed = h.followServed(ctx, served)
+	ctx, cancel := context.WithCancel(h.ctx)
+	if !h.cfg.SoleWriter {
+		followed = h.followCommitted(ctx)
 	}
-	head, err := h.src.WaitRev(ctx, after)
+	head, err := h.src.WaitRev(h.ctx, after, wake)
 	cancel()
 	followed()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.wake = nil
-	if err != nil && h.ctx.Err() == nil && h.head > after {
+	if h.ctx.Err() == nil && h.head > max(head, after) {
 		return h.head, nil
 	}
 	return head, err
 }
 
-// followServed hands the hub, while ctx lasts, every revision the process
-// tells a client of (Served): on a replica the owner's answer to a write
-// this replica forwarded arrives before FoundationDB's watch fires here,
-// and a served revision is committed. It returns a function that waits
-// for its goroutine, which ends with ctx.
-func (h *Hub) followServed(ctx context.Context, served *progress.Served) (wait func()) {
+// followCommitted hands the hub, while ctx lasts, every revision the
+// process tells a client of (Served) and every one the owner's feed says
+// is committed (Committed): on a replica the owner's answer to a write
+// this replica forwarded, and the feed's news of any commit, arrive before
+// FoundationDB's watch fires here. It returns a function that waits for
+// its goroutine, which ends with ctx; with neither watermark it starts
+// none.
+func (h *Hub) followCommitted(ctx context.Context) (wait func()) {
+	served, committed := h.cfg.Served, h.cfg.Committed
+	if served == nil && committed == nil {
+		return func() {}
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
-			raised := served.Raised()
+			// A nil watermark's Raised never closes and its Load is 0.
+			sr, cr := served.Raised(), committed.Raised()
 			h.mu.Lock()
-			h.learnHead(served.Load())
+			h.learnHead(max(served.Load(), committed.Load()))
 			h.mu.Unlock()
 			select {
-			case <-raised:
+			case <-sr:
+			case <-cr:
 			case <-ctx.Done():
 				return
 			}
@@ -369,9 +388,9 @@ func (h *Hub) followServed(ctx context.Context, served *progress.Served) (wait f
 }
 
 // learnHead records a committed revision that the tail did not read
-// itself: one a progress request's read of the head found, or one the
-// process served. Past what the hub knows, it ends the tail's wait at
-// once: on a store other processes write, the change notification of
+// itself: one a progress request's read of the head found, one the
+// process served, or one the owner's feed reported. Past what the hub
+// knows, it ends the tail's wait at once: on a store other processes write, the change notification of
 // their commits (on FoundationDB a watch firing, 10–20 ms on a small
 // cluster) would otherwise hold every answer and event that waits for the
 // hub that long. The caller holds mu.

@@ -17,41 +17,56 @@ type deafSource struct {
 	parked atomic.Int64
 }
 
-func (d *deafSource) WaitRev(ctx context.Context, after int64) (int64, error) {
+func (d *deafSource) WaitRev(ctx context.Context, after int64, wake <-chan struct{}) (int64, error) {
 	rev, _, err := d.Rev(ctx)
 	if err != nil || rev > after {
 		return rev, err
 	}
 	d.parked.Add(1)
-	<-ctx.Done()
-	return 0, ctx.Err()
+	select {
+	case <-wake:
+		return rev, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 }
 
-// TestServedRevisionWakesReplicaHub: on a replica (Served, not SoleWriter)
-// a revision the process put in a response header (the owner's answer to
-// a write it forwarded) wakes the hub, which reads and delivers it without
-// the store's notification; a rise the hub has already dispatched is
-// nothing to wait for.
+// TestServedRevisionWakesReplicaHub: on a replica (not SoleWriter) a
+// revision the process put in a response header (Served: the owner's
+// answer to a write it forwarded), or one the owner's commit feed reported
+// (Committed), wakes the hub, which reads and delivers it without the
+// store's notification; a rise the hub has already dispatched is nothing
+// to wait for.
 func TestServedRevisionWakesReplicaHub(t *testing.T) {
-	s := newStore(t)
-	served := &progress.Served{}
-	src := &deafSource{gatedSource: &gatedSource{Store: s}}
-	h := newHub(t, src, Config{Served: served})
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	st := h.NewStream()
-	defer st.Close()
-	if err := st.Watch(ctx, Options{Key: []byte("k")}); err != nil {
-		t.Fatal(err)
-	}
-	drain(t, st, func(r Response) bool { return r.Kind == KindCreated })
-	for i, v := range []string{"1", "2", "3"} {
-		waitFor(t, func() bool { return src.parked.Load() > int64(i) })
-		rev := putKey(t, s, "k", v)
-		served.Observe(rev)
-		drain(t, st, func(r Response) bool { return r.Kind == KindEvents && r.Rev == rev })
-		if err := h.WaitCaughtUp(ctx); err != nil {
-			t.Fatal(err)
-		}
+	for _, tc := range []struct {
+		name   string
+		config func(*progress.Served) Config
+	}{
+		{"served", func(w *progress.Served) Config { return Config{Served: w} }},
+		{"committed", func(w *progress.Served) Config { return Config{Committed: w} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			w := &progress.Served{}
+			src := &deafSource{gatedSource: &gatedSource{Store: s}}
+			h := newHub(t, src, tc.config(w))
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			st := h.NewStream()
+			defer st.Close()
+			if err := st.Watch(ctx, Options{Key: []byte("k")}); err != nil {
+				t.Fatal(err)
+			}
+			drain(t, st, func(r Response) bool { return r.Kind == KindCreated })
+			for i, v := range []string{"1", "2", "3"} {
+				waitFor(t, func() bool { return src.parked.Load() > int64(i) })
+				rev := putKey(t, s, "k", v)
+				w.Observe(rev)
+				drain(t, st, func(r Response) bool { return r.Kind == KindEvents && r.Rev == rev })
+				if err := h.WaitCaughtUp(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }
