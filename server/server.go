@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -31,6 +32,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/progress"
 	"github.com/fdb-etcd/fdb-etcd/server/autocompact"
 	"github.com/fdb-etcd/fdb-etcd/server/cluster"
+	"github.com/fdb-etcd/fdb-etcd/server/commitfeed"
 	"github.com/fdb-etcd/fdb-etcd/server/forward"
 	"github.com/fdb-etcd/fdb-etcd/server/header"
 	"github.com/fdb-etcd/fdb-etcd/server/kv"
@@ -200,7 +202,10 @@ type Server struct {
 	lessor *lease.Lessor
 	peers  *forward.Peers // nil without ForwardWrites or with ForwardPeers
 	hdr    header.Filler
-	grpc   *grpc.Server
+	// committed is raised to the revisions the owner's commit feed reports
+	// (server/commitfeed); the watch hub's tail follows it.
+	committed *progress.Served
+	grpc      *grpc.Server
 
 	members  cluster.Members // the replicas, as MemberList lists them
 	kvAPI    pb.KVServer     // as registered on grpc, set by New
@@ -239,8 +244,10 @@ func New(cfg Config, db storage.DB) (_ *Server, err error) {
 		}
 	}()
 	s.hdr = header.Filler{ClusterID: clusterID, MemberID: memberID(clusterID, cfg.Name), Served: &progress.Served{}}
+	s.committed = &progress.Served{}
 	s.startOwnership()
 	s.grpc = grpc.NewServer(s.grpcOptions()...)
+	s.OnShutdown(commitfeed.Register(s.grpc, commitfeed.Fixed(s.hdr.Served), commitfeed.FeedConfig{}).Stop)
 	kvStore, lessor := s.writeRoutes()
 	s.startAutoCompaction(kvStore)
 	if err := s.registerAPI(context.Background(), kvStore, lessor); err != nil {
@@ -339,7 +346,26 @@ func (s *Server) writeRoutes() (kv.Evaluator, leasesvc.Lessor) {
 		peers = s.peers
 	}
 	fw := forward.New(s.owner, peers, s.Metrics()).ForTenant(s.cfg.ForwardTenant)
+	s.followCommits(peers)
 	return fw.KV(s.store), fw.Lessor(s.lessor)
+}
+
+// followCommits follows the owner's commit feed while another replica owns
+// writes, so that this replica's watch hub reads a revision as soon as the
+// owner has committed it rather than when the store's notification comes.
+func (s *Server) followCommits(peers *forward.Peers) {
+	if s.cfg.MVCC.SoleWriter {
+		return
+	}
+	f := commitfeed.Follow(commitfeed.FollowConfig{
+		Owner: s.owner, Conn: peers.Conn, Metadata: forward.TenantMetadata(s.cfg.ForwardTenant),
+		Into: s.committed, Logger: s.lg,
+	})
+	s.OnShutdown(f.Stop)
+	_ = s.Metrics().Registry().Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fdb_etcd_commit_feed_revision",
+		Help: "Newest revision the write owner's commit feed reported to this replica (0 until it reports one).",
+	}, func() float64 { return float64(s.committed.Load()) }))
 }
 
 // startAutoCompaction runs --auto-compaction-mode/retention: every replica
@@ -377,7 +403,7 @@ func (c compactStore) Rev(ctx context.Context) (int64, error) {
 func (s *Server) startWatch() error {
 	wc := s.cfg.Watch
 	wc.MaxMessageBytes, wc.Logger, wc.Observer = s.cfg.MaxRequestBytes+grpcOverheadBytes, s.lg, s.Metrics()
-	wc.Hub.Served, wc.Hub.SoleWriter = s.hdr.Served, s.cfg.MVCC.SoleWriter
+	wc.Hub.Served, wc.Hub.Committed, wc.Hub.SoleWriter = s.hdr.Served, s.committed, s.cfg.MVCC.SoleWriter
 	ws, err := watch.New(context.Background(), s.store, s.hdr, wc)
 	if err != nil {
 		return err

@@ -14,6 +14,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/fdb-etcd/fdb-etcd/progress"
+	"github.com/fdb-etcd/fdb-etcd/server/commitfeed"
 	"github.com/fdb-etcd/fdb-etcd/server/forward"
 )
 
@@ -75,6 +77,7 @@ func (r *Router) startPeers() {
 	api := &peerAPI{r: r}
 	pb.RegisterKVServer(r.peerSrv, api)
 	pb.RegisterLeaseServer(r.peerSrv, api)
+	commitfeed.Register(r.peerSrv, r.followedFeed, commitfeed.FeedConfig{})
 	r.peerL = newConnListener(&net.TCPAddr{})
 	r.peerDone = make(chan struct{})
 	go func() {
@@ -126,6 +129,17 @@ func (r *Router) forwardedTo(ctx context.Context) (*instance, error) {
 		return nil, rpctypes.ErrGRPCPermissionDenied
 	}
 	return inst, nil
+}
+
+// followedFeed is the commit feed's Source on the peer port: the
+// watermark of the tenant a peer's stream names, whose server it holds
+// running while the stream lasts.
+func (r *Router) followedFeed(ctx context.Context) (*progress.Served, func(), error) {
+	inst, err := r.forwardedTo(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return inst.srv.Header().Served, func() { r.release(inst) }, nil
 }
 
 // holdRunning counts one more connection on name's running server of

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -89,9 +90,9 @@ func (rs *replicas) clientAt(i int, cert tls.Certificate) *clientv3.Client {
 	return cli
 }
 
-// forwardedWrites is how many writes tenant's server on r forwarded (any
-// outcome), or -1 if it does not run there.
-func forwardedWrites(t *testing.T, r *Router, tenant string) int {
+// tenantMetric sums the series of tenant's server on r that series
+// matches, or is -1 if the tenant's server does not run there.
+func tenantMetric(t *testing.T, r *Router, tenant string, series *regexp.Regexp) int {
 	t.Helper()
 	r.mu.Lock()
 	inst := r.tenants[tenant]
@@ -103,11 +104,22 @@ func forwardedWrites(t *testing.T, r *Router, tenant string) int {
 	rec := httptest.NewRecorder()
 	inst.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	n := 0
-	for _, m := range regexp.MustCompile(`(?m)^fdb_etcd_forward_writes_total\{result="\w+"\} (\d+)$`).FindAllStringSubmatch(rec.Body.String(), -1) {
+	for _, m := range series.FindAllStringSubmatch(rec.Body.String(), -1) {
 		v, _ := strconv.Atoi(m[1])
 		n += v
 	}
 	return n
+}
+
+var (
+	forwardedSeries = regexp.MustCompile(`(?m)^fdb_etcd_forward_writes_total\{result="\w+"\} (\d+)$`)
+	feedSeries      = regexp.MustCompile(`(?m)^fdb_etcd_commit_feed_revision (\d+)$`)
+)
+
+// forwardedWrites is how many writes tenant's server on r forwarded (any
+// outcome), or -1 if it does not run there.
+func forwardedWrites(t *testing.T, r *Router, tenant string) int {
+	return tenantMetric(t, r, tenant, forwardedSeries)
 }
 
 // TestForwardedTenantWrites: three replicas, two tenants, every client
@@ -157,6 +169,22 @@ func TestForwardedTenantWrites(t *testing.T) {
 		if owners != 1 || forwarders != len(rs.routers)-1 {
 			t.Fatalf("%s: %d replicas forwarded nothing, %d forwarded; want one owner and %d forwarding",
 				name, owners, forwarders, len(rs.routers)-1)
+		}
+		// The replicas that forward follow the tenant's commits on its
+		// owner (server/commitfeed), through the peer port.
+		head := len(rs.addrs)*perClient + 1
+		for i, r := range rs.routers {
+			if forwardedWrites(t, r, name) == 0 {
+				continue
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for tenantMetric(t, r, name, feedSeries) < head {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s on replica %d: the owner's commit feed reported revision %d, want %d",
+						name, i, tenantMetric(t, r, name, feedSeries), head)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
 		}
 	}
 }

@@ -75,6 +75,17 @@ func (p *Peers) ready(ctx context.Context, rawURL string) (peer, bool) {
 // owner to come up; on loopback or a LAN it takes milliseconds.
 const connectWait = time.Second
 
+// Conn returns the connection to the replica at rawURL, dialing it
+// (without waiting) the first time: other streams to the owner, such as
+// the commit feed, share the forwarded writes' connection.
+func (p *Peers) Conn(rawURL string) (grpc.ClientConnInterface, bool) {
+	pr, ok := p.conn(rawURL)
+	if !ok {
+		return nil, false
+	}
+	return pr.cc, true
+}
+
 // conn returns the connection to rawURL, dialing it (without waiting) the
 // first time.
 func (p *Peers) conn(rawURL string) (peer, bool) {

@@ -46,6 +46,16 @@ const answeredKey = "fdb-etcd-answered"
 // the receiver decides whether to believe it: it must come from a peer.
 const tenantKey = "fdb-etcd-tenant"
 
+// TenantMetadata is the metadata that names tenant to a peer serving many
+// keyspaces on one port, for streams to the owner other than forwarded
+// requests (the commit feed); nil for the empty tenant.
+func TenantMetadata(tenant string) metadata.MD {
+	if tenant == "" {
+		return nil
+	}
+	return metadata.Pairs(tenantKey, tenant)
+}
+
 // Tenant returns the tenant a forwarded request names, and whether it names
 // one.
 func Tenant(ctx context.Context) (string, bool) {
@@ -126,10 +136,7 @@ func (f *Forwarder) target(ctx context.Context) (peer, bool) {
 }
 
 func (f *Forwarder) outgoing(ctx context.Context) context.Context {
-	md := metadata.Pairs(forwardedKey, "1")
-	if f.tenant != "" {
-		md.Set(tenantKey, f.tenant)
-	}
+	md := metadata.Join(metadata.Pairs(forwardedKey, "1"), TenantMetadata(f.tenant))
 	return metadata.NewOutgoingContext(ctx, md)
 }
 
