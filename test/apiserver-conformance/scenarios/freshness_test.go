@@ -3,7 +3,9 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -76,11 +78,13 @@ func TestConsistentListFromCache(t *testing.T) {
 		time.Sleep(d)
 	}
 	answersBefore := map[string][3]float64{}
+	grvBefore := map[string]map[float64]float64{}
 	for _, c := range cs {
 		m, err := c.metrics(ctx)
 		must(t, err, "metrics of %s", c.store.name)
 		before[c.store.name] = m
 		answersBefore[c.store.name] = progressAnswers(c.store)
+		grvBefore[c.store.name] = readVersions(c.store)
 	}
 	res := map[string]*freshness{}
 	for _, c := range cs {
@@ -103,6 +107,14 @@ func TestConsistentListFromCache(t *testing.T) {
 		sort.Slice(f.durs, func(i, j int) bool { return f.durs[i] < f.durs[j] })
 		t.Logf("%s: %d consistent LISTs during %d ConfigMap writes (%.0f/s): p50 %v p99 %v p99.9 %v max %v; served from the watch cache %v, fallbacks %v",
 			c.store.name, len(f.durs), f.writes, float64(f.writes)/f.took.Seconds(), f.q(0.5), f.q(0.99), f.q(0.999), f.q(1), f.served, f.fallbacks)
+		rv := bucketsDelta(buckets(after, "etcd_request_duration_seconds", `operation="getCurrentResourceVersion"`, `limitranges`),
+			buckets(before[c.store.name], "etcd_request_duration_seconds", `operation="getCurrentResourceVersion"`, `limitranges`))
+		t.Logf("%s: the LISTs' current-revision reads, as kube-apiserver times them: %v, %v over 5 ms",
+			c.store.name, rv[math.Inf(1)], rv[math.Inf(1)]-rv[0.005])
+		if g := bucketsDelta(readVersions(c.store), grvBefore[c.store.name]); g[math.Inf(1)] > 0 {
+			t.Logf("%s: FoundationDB read versions of its members meanwhile (every transaction): %v, p50 <= %v, p99 <= %v, p99.9 <= %v",
+				c.store.name, g[math.Inf(1)], bucketQuantile(g, 0.5), bucketQuantile(g, 0.99), bucketQuantile(g, 0.999))
+		}
 		if c.store.reference {
 			continue // measured, not judged
 		}
@@ -202,4 +214,71 @@ func progressAnswers(s *store) [3]float64 {
 		}
 	}
 	return out
+}
+
+// readVersions sums the FoundationDB read-version histograms of a store's
+// members (fdb_etcd_fdb_read_version_duration_seconds; empty off
+// FoundationDB).
+func readVersions(s *store) map[float64]float64 {
+	out := map[float64]float64{}
+	for _, u := range s.urls {
+		for le, n := range buckets(scrape(u+"/metrics"), "fdb_etcd_fdb_read_version_duration_seconds") {
+			out[le] += n
+		}
+	}
+	return out
+}
+
+// buckets returns a histogram's cumulative bucket counts by upper bound,
+// summed over the series whose labels contain every given pair.
+func buckets(text, name string, labels ...string) map[float64]float64 {
+	out := map[float64]float64{}
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, name+"_bucket{") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		i := strings.Index(line, `le="`)
+		if !ok || i < 0 {
+			continue
+		}
+		j := strings.Index(line[i+4:], `"`)
+		le, err := strconv.ParseFloat(line[i+4:i+4+j], 64)
+		f := strings.Fields(line)
+		v, err2 := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil && err2 == nil {
+			out[le] += v
+		}
+	}
+	return out
+}
+
+func bucketsDelta(after, before map[float64]float64) map[float64]float64 {
+	out := map[float64]float64{}
+	for le, n := range after {
+		out[le] = n - before[le]
+	}
+	return out
+}
+
+// bucketQuantile is the upper bound of the bucket holding quantile q.
+func bucketQuantile(b map[float64]float64, q float64) time.Duration {
+	les := make([]float64, 0, len(b))
+	for le := range b {
+		les = append(les, le)
+	}
+	sort.Float64s(les)
+	total := b[math.Inf(1)]
+	for _, le := range les {
+		if b[le] >= q*total {
+			if math.IsInf(le, 1) {
+				return -1
+			}
+			return time.Duration(le * float64(time.Second))
+		}
+	}
+	return -1
 }
