@@ -73,6 +73,8 @@ func Tenant(ctx context.Context) (string, bool) {
 // Owner is the view of ownership forwarding needs.
 type Owner interface {
 	View() owner.View
+	// Changed is closed at the next change of the owner (owner.Elector).
+	Changed() <-chan struct{}
 }
 
 // Observer counts forwarded writes by outcome: "ok", "error" (the owner's
@@ -123,6 +125,9 @@ func (f *Forwarder) target(ctx context.Context) (peer, bool) {
 		return peer{}, false
 	}
 	v := f.owner.View()
+	if !v.Held && v.ID == 0 {
+		v = f.awaitOwner(ctx)
+	}
 	if v.Held || v.URL == "" {
 		return peer{}, false
 	}
@@ -133,6 +138,29 @@ func (f *Forwarder) target(ctx context.Context) (peer, bool) {
 		f.obs.ForwardedWrite("local")
 	}
 	return p, ok
+}
+
+// awaitOwner waits, up to connectWait, for a replica to own writes while
+// nobody does: the owner's record lapsed and the takeover (within the
+// election's RenewInterval) has not happened yet. A write committed here
+// meanwhile would race the new owner's stream of commits on the head
+// revision once it takes over, and under load lose until its deadline. It
+// returns the view then, which may still name nobody.
+func (f *Forwarder) awaitOwner(ctx context.Context) owner.View {
+	ctx, cancel := context.WithTimeout(ctx, connectWait)
+	defer cancel()
+	for {
+		changed := f.owner.Changed() // before View: no change falls between
+		v := f.owner.View()
+		if v.Held || v.ID != 0 {
+			return v
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return v
+		}
+	}
 }
 
 func (f *Forwarder) outgoing(ctx context.Context) context.Context {
