@@ -20,4 +20,8 @@ var (
 	// ErrTimeout: a write could not be committed in time; it may or may
 	// not have been applied (etcd's "request timed out").
 	ErrTimeout = errors.New("mvcc: request timed out")
+	// ErrYielded: a write gave way to the write owner before it could
+	// commit (revision.Config.Yield); it was not applied, and the caller
+	// that asked for yielding sends it to the owner.
+	ErrYielded = errors.New("mvcc: write yielded to the write owner; not applied")
 )

@@ -287,6 +287,8 @@ func (s *Store) write(ctx context.Context, req revision.Request[writeResponse], 
 		return nil, fmt.Errorf("%w (%w)", ErrRequestTooLarge, err)
 	case errors.Is(err, revision.ErrTimeout):
 		return nil, fmt.Errorf("%w (%w)", ErrTimeout, err)
+	case errors.Is(err, revision.ErrYielded):
+		return nil, fmt.Errorf("%w (%w)", ErrYielded, err)
 	}
 	return nil, err
 }

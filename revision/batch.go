@@ -24,6 +24,9 @@ func (e errShrink) Error() string { return fmt.Sprintf("revision: batch cut at r
 // already committed; the responses it rebuilt are the answer.
 var errLanded = errors.New("revision: batch already committed")
 
+// errYield aborts a retry that Config.Yield gives up.
+var errYield = errors.New("revision: batch yields")
+
 // errStageFirst aborts an attempt whose first request asked to be staged.
 var errStageFirst = errors.New("revision: first request must be staged")
 
@@ -87,6 +90,8 @@ func (s *Sequencer[Resp]) commitPrefix(batch []*pending[Resp]) (answered int, st
 			return s.commitStaged(batch[0]), nil
 		case errors.Is(err, errLanded):
 			err = nil
+		case errors.Is(err, errYield):
+			return failAll(batch, len(batch), ErrYielded), nil // fenced: none applied
 		case err != nil && len(batch) > 1 && tooLarge(err):
 			batch = batch[:len(batch)/2]
 			continue
@@ -132,7 +137,7 @@ func (s *Sequencer[Resp]) classify(err error) error {
 func givesBack(err error, n int) bool {
 	var shrink errShrink
 	var pend *errPending
-	return errors.As(err, &shrink) || errors.As(err, &pend) || errors.Is(err, errStageFirst) ||
+	return errors.As(err, &shrink) || errors.As(err, &pend) || errors.Is(err, errStageFirst) || errors.Is(err, errYield) ||
 		(n > 1 && tooLarge(err))
 }
 
@@ -221,7 +226,11 @@ func (a *attempt[Resp]) run(tx storage.Tx) error {
 		a.marked = true
 		return errLanded
 	}
-	// Only now, knowing that no earlier attempt landed, may the batch be cut.
+	// Only now, knowing that no earlier attempt landed, may the batch be
+	// cut or given up (an uncertain one is fenced first: givesBack).
+	if a.runs > 1 && s.cfg.Yield != nil && s.cfg.Yield() {
+		return errYield
+	}
 	if a.runs > 1 && len(a.batch) > 1 && a.lastTook > slowAttempt {
 		return errShrink{n: len(a.batch) / 2}
 	}

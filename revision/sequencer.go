@@ -115,6 +115,14 @@ type Config struct {
 	Now func() time.Time
 	// Observe, when set, is told each committed batch's size and duration.
 	Observe func(requests int, bytes int, took time.Duration)
+	// Yield, when set, is asked before a batch is retried (its previous
+	// attempt failed, usually a conflict on the head revision); true gives
+	// the batch up: its requests are answered ErrYielded, none of them
+	// applied. A replica that commits writes itself while another owns
+	// them (server/forward) yields once it can send them to that owner,
+	// against whose stream of commits its retries would lose until their
+	// deadline.
+	Yield func() bool
 }
 
 func (c *Config) defaults() {
@@ -209,6 +217,9 @@ var (
 	// ErrTooLarge: the request alone is more than one storage transaction
 	// can write, and it cannot be staged. Nothing was applied.
 	ErrTooLarge = errors.New("revision: request is too large")
+	// ErrYielded: the request's batch was given up (Config.Yield) before
+	// any attempt of it could commit. Nothing was applied.
+	ErrYielded = errors.New("revision: batch yielded to another writer; not applied")
 	// ErrStage is what Apply returns (as its reqErr) for a request it wants
 	// staged: too large for a batch, and one the Stager can write in parts.
 	ErrStage = errors.New("revision: request must be staged")

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -202,6 +203,9 @@ type Server struct {
 	lessor *lease.Lessor
 	peers  *forward.Peers // nil without ForwardWrites or with ForwardPeers
 	hdr    header.Filler
+	// yield tells the store's write batches, once the forwarder exists,
+	// when to give way to the owner (forward.Forwarder.Yield).
+	yield *yieldToOwner
 	// committed is raised to the revisions the owner's commit feed reports
 	// (server/commitfeed); the watch hub's tail follows it.
 	committed *progress.Served
@@ -233,11 +237,15 @@ func New(cfg Config, db storage.DB) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	yield := &yieldToOwner{}
+	if cfg.ForwardWrites {
+		cfg.MVCC.Sequencer.Yield = yield.Yield
+	}
 	store, err := mvcc.Open(measured, cfg.MVCC)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, lg: cfg.Logger, db: db, store: store, ops: o}
+	s := &Server{cfg: cfg, lg: cfg.Logger, db: db, store: store, ops: o, yield: yield}
 	defer func() {
 		if err != nil {
 			s.abort()
@@ -346,8 +354,20 @@ func (s *Server) writeRoutes() (kv.Evaluator, leasesvc.Lessor) {
 		peers = s.peers
 	}
 	fw := forward.New(s.owner, peers, s.Metrics()).ForTenant(s.cfg.ForwardTenant)
+	s.yield.to.Store(fw)
 	s.followCommits(peers)
 	return fw.KV(s.store), fw.Lessor(s.lessor)
+}
+
+// yieldToOwner is revision.Config.Yield for a store opened before the
+// forwarder that decides it: false until the forwarder is set.
+type yieldToOwner struct {
+	to atomic.Pointer[forward.Forwarder]
+}
+
+func (y *yieldToOwner) Yield() bool {
+	f := y.to.Load()
+	return f != nil && f.Yield()
 }
 
 // followCommits follows the owner's commit feed while another replica owns

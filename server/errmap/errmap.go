@@ -33,6 +33,9 @@ var table = []mapping{
 	{lease.ErrLeaseExists, rpctypes.ErrGRPCLeaseExist},
 	{lease.ErrLeaseTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
 	{forward.ErrOwnerLost, rpctypes.ErrGRPCLeaderChanged},
+	// Handled by forwarding, which sends the write to the owner; etcd's
+	// answer to a write cut short by a change of leader if it ever is not.
+	{mvcc.ErrYielded, rpctypes.ErrGRPCLeaderChanged},
 }
 
 // ToGRPC maps err onto etcd's gRPC error. The table comes first: a domain

@@ -86,6 +86,15 @@ func (p *Peers) Conn(rawURL string) (grpc.ClientConnInterface, bool) {
 	return pr.cc, true
 }
 
+// isReady reports whether the connection to rawURL exists and is up,
+// without dialing or waiting.
+func (p *Peers) isReady(rawURL string) bool {
+	p.mu.Lock()
+	pr, ok := p.conns[rawURL]
+	p.mu.Unlock()
+	return ok && pr.cc.GetState() == connectivity.Ready
+}
+
 // conn returns the connection to rawURL, dialing it (without waiting) the
 // first time.
 func (p *Peers) conn(rawURL string) (peer, bool) {

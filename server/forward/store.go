@@ -78,8 +78,10 @@ type Owner interface {
 }
 
 // Observer counts forwarded writes by outcome: "ok", "error" (the owner's
-// own answer), "lost" (ErrOwnerLost) or "local" (the owner was not
-// connected, so this replica committed the write itself).
+// own answer), "lost" (ErrOwnerLost), "local" (the owner was not
+// connected, so this replica committed the write itself) or "yielded" (a
+// write committing here gave way to an owner it could then reach, and was
+// sent again, counted once more by its outcome there).
 type Observer interface {
 	ForwardedWrite(result string)
 }
@@ -140,6 +142,18 @@ func (f *Forwarder) target(ctx context.Context) (peer, bool) {
 	return p, ok
 }
 
+// Yield reports whether a write this replica is committing itself, and
+// must retry, should give way (revision.Config.Yield): another replica now
+// owns writes and the connection to it is up, so the write can go there
+// instead of racing that owner's stream of commits on the head revision,
+// which under load it loses until its deadline. It happens when ownership
+// moves while this replica commits locally (the old owner died). Called
+// inside a write transaction: it only looks, never dials or waits.
+func (f *Forwarder) Yield() bool {
+	v := f.owner.View()
+	return !v.Held && v.URL != "" && f.peers.isReady(v.URL)
+}
+
 // awaitOwner waits, up to connectWait, for a replica to own writes while
 // nobody does: the owner's record lapsed and the takeover (within the
 // election's RenewInterval) has not happened yet. A write committed here
@@ -198,11 +212,18 @@ type response interface {
 }
 
 // forward runs r at the owner through the method remote picks, or locally.
+// A local write that yielded to an owner (Yield) was not applied: it goes
+// to that owner.
 func forward[Req any, Resp response](f *Forwarder, ctx context.Context, r Req,
 	local func(context.Context, Req) (Resp, error), remote func(peer) unary[Req, Resp]) (Resp, error) {
 	p, ok := f.target(ctx)
-	if !ok {
-		return local(ctx, r)
+	for !ok {
+		resp, err := local(ctx, r)
+		if !errors.Is(err, mvcc.ErrYielded) || ctx.Err() != nil {
+			return resp, err
+		}
+		f.obs.ForwardedWrite("yielded")
+		p, ok = f.target(ctx)
 	}
 	var trailer metadata.MD
 	resp, err := remote(p)(f.outgoing(ctx), r, grpc.Trailer(&trailer))

@@ -190,7 +190,7 @@ func New(opt Options) *Metrics {
 	m.leaseOwner = f.gauge(prometheus.GaugeOpts{Namespace: "fdb_etcd", Subsystem: "lease", Name: "expiry_owner",
 		Help: "1 while this member holds the fenced ownership of writes and lease expiry."})
 	m.forwardedWrites = f.counterVec(prometheus.CounterOpts{Namespace: "fdb_etcd", Subsystem: "forward", Name: "writes_total",
-		Help: "Writes (and revokes, compactions) sent on to the replica that owns writes, by result: ok, error (the owner's own answer), lost (outcome unknown), local (owner unreachable, committed here)."}, []string{"result"})
+		Help: "Writes (and revokes, compactions) sent on to the replica that owns writes, by result: ok, error (the owner's own answer), lost (outcome unknown), local (owner unreachable, committed here), yielded (a write committing here gave way to an owner it could reach, and was sent there)."}, []string{"result"})
 
 	reg.MustRegister(&scrapeCollector{m: m})
 	return m

@@ -1,0 +1,168 @@
+package forward
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/owner"
+)
+
+// handOver is an Owner whose view a test sets, closing Changed as the
+// elector does.
+type handOver struct {
+	mu      sync.Mutex
+	view    owner.View
+	changed chan struct{}
+}
+
+func (h *handOver) View() owner.View {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.view
+}
+
+func (h *handOver) Changed() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.changed
+}
+
+func (h *handOver) set(v owner.View) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.view = v
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+type countingObserver struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (o *countingObserver) ForwardedWrite(result string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.counts[result]++
+}
+
+// TestWriteWaitsForATakeover: while nobody owns writes (the owner's record
+// lapsed, the takeover not yet done), a write waits for the new owner and
+// goes to it, instead of committing here, where it would race the new
+// owner's commits on the head revision.
+func TestWriteWaitsForATakeover(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	own := &handOver{changed: make(chan struct{})}
+	peers := NewPeers(nil)
+	t.Cleanup(peers.Close)
+	obs := &countingObserver{counts: map[string]int{}}
+	f := New(own, peers, obs)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		own.set(owner.View{Epoch: 2, ID: 7, URL: "http://" + lis.Addr().String()})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, ok := f.target(ctx); !ok {
+		t.Fatalf("a write while nobody owned ran here (%v), want it sent to the owner that took over", obs.counts)
+	}
+
+	// Nobody takes over: after connectWait the write runs here.
+	own.set(owner.View{})
+	start := time.Now()
+	if _, ok := f.target(ctx); ok {
+		t.Fatal("a write with no owner was sent somewhere")
+	}
+	if took := time.Since(start); took < connectWait/2 {
+		t.Errorf("a write with no owner ran here after %v, without waiting for a takeover", took)
+	}
+}
+
+// ownerKV answers every Put at revision 42.
+type ownerKV struct{ pb.UnimplementedKVServer }
+
+func (ownerKV) Put(context.Context, *pb.PutRequest) (*pb.PutResponse, error) {
+	return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 42}}, nil
+}
+
+// yieldingStore is a local store whose write, committing while ownership
+// moves to a reachable owner, gives way (mvcc.ErrYielded) as the
+// sequencer's Yield would have it.
+type yieldingStore struct {
+	mvcc.Evaluator
+	own   *handOver
+	owner owner.View
+	puts  int
+}
+
+func (s *yieldingStore) Put(context.Context, *pb.PutRequest) (*pb.PutResponse, error) {
+	s.puts++
+	s.own.set(s.owner)
+	return nil, fmt.Errorf("%w (test)", mvcc.ErrYielded)
+}
+
+// TestYieldedWriteGoesToTheOwner: a write this replica was committing
+// itself (the owner it knew was unreachable) that yielded when a reachable
+// replica took over is sent to that owner, and its answer is the client's.
+func TestYieldedWriteGoesToTheOwner(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterKVServer(srv, ownerKV{})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadURL := "http://" + dead.Addr().String()
+	_ = dead.Close() // refuses connections: the old owner died
+
+	own := &handOver{changed: make(chan struct{}), view: owner.View{Epoch: 1, ID: 5, URL: deadURL}}
+	peers := NewPeers(nil)
+	t.Cleanup(peers.Close)
+	obs := &countingObserver{counts: map[string]int{}}
+	local := &yieldingStore{own: own, owner: owner.View{Epoch: 2, ID: 7, URL: "http://" + lis.Addr().String()}}
+	f := New(own, peers, obs)
+	kv := f.KV(local)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+	if err != nil || resp.Header.Revision != 42 {
+		t.Fatalf("put = %v, %v; want the new owner's answer (revision 42)", resp, err)
+	}
+	if local.puts != 1 || obs.counts["local"] != 1 || obs.counts["yielded"] != 1 || obs.counts["ok"] != 1 {
+		t.Errorf("local puts %d, outcomes %v; want 1 local attempt that yielded, then 1 forwarded", local.puts, obs.counts)
+	}
+
+	// Yield, which the sequencer asks, says the same: only a reachable
+	// owner other than this replica is worth giving way to.
+	if !f.Yield() {
+		t.Error("Yield = false with another owner connected")
+	}
+	own.set(owner.View{Held: true, Epoch: 3, ID: 9, URL: "http://self"})
+	if f.Yield() {
+		t.Error("Yield = true while this replica owns writes")
+	}
+	own.set(owner.View{Epoch: 4, ID: 5, URL: deadURL})
+	if f.Yield() {
+		t.Error("Yield = true with the owner unreachable")
+	}
+}
