@@ -122,7 +122,7 @@ func (f *Forwarder) ForTenant(tenant string) *Forwarder {
 // own), this replica owns writes, nobody does, or the owner cannot be
 // reached (Peers.ready).
 func (f *Forwarder) target(ctx context.Context) (peer, bool) {
-	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
+	if isForwarded(ctx) {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(answeredKey, "1"))
 		return peer{}, false
 	}
@@ -177,6 +177,13 @@ func (f *Forwarder) awaitOwner(ctx context.Context) owner.View {
 	}
 }
 
+// isForwarded reports whether the request in ctx was forwarded here by
+// another replica.
+func isForwarded(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	return ok && len(md.Get(forwardedKey)) > 0
+}
+
 func (f *Forwarder) outgoing(ctx context.Context) context.Context {
 	md := metadata.Join(metadata.Pairs(forwardedKey, "1"), TenantMetadata(f.tenant))
 	return metadata.NewOutgoingContext(ctx, md)
@@ -213,17 +220,21 @@ type response interface {
 
 // forward runs r at the owner through the method remote picks, or locally.
 // A local write that yielded to an owner (Yield) was not applied: it goes
-// to that owner.
+// to that owner, once; a write another replica forwarded here is answered
+// etcd's "leader changed" (errmap), which that replica passes on, as an
+// etcd member does with a proposal cut short by a change of leader.
 func forward[Req any, Resp response](f *Forwarder, ctx context.Context, r Req,
 	local func(context.Context, Req) (Resp, error), remote func(peer) unary[Req, Resp]) (Resp, error) {
 	p, ok := f.target(ctx)
-	for !ok {
+	if !ok {
 		resp, err := local(ctx, r)
-		if !errors.Is(err, mvcc.ErrYielded) || ctx.Err() != nil {
+		if !errors.Is(err, mvcc.ErrYielded) || ctx.Err() != nil || isForwarded(ctx) {
 			return resp, err
 		}
 		f.obs.ForwardedWrite("yielded")
-		p, ok = f.target(ctx)
+		if p, ok = f.target(ctx); !ok {
+			return local(ctx, r)
+		}
 	}
 	var trailer metadata.MD
 	resp, err := remote(p)(f.outgoing(ctx), r, grpc.Trailer(&trailer))

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/owner"
@@ -150,6 +152,18 @@ func TestYieldedWriteGoesToTheOwner(t *testing.T) {
 	}
 	if local.puts != 1 || obs.counts["local"] != 1 || obs.counts["yielded"] != 1 || obs.counts["ok"] != 1 {
 		t.Errorf("local puts %d, outcomes %v; want 1 local attempt that yielded, then 1 forwarded", local.puts, obs.counts)
+	}
+
+	// A write another replica forwarded here that yields is not sent on:
+	// it fails (etcd's "leader changed", by errmap) for that replica to
+	// pass on.
+	own.set(owner.View{Epoch: 1, ID: 5, URL: deadURL})
+	fwd := metadata.NewIncomingContext(ctx, metadata.Pairs(forwardedKey, "1"))
+	if _, err := kv.Put(fwd, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); !errors.Is(err, mvcc.ErrYielded) {
+		t.Errorf("a forwarded write that yielded: %v, want ErrYielded", err)
+	}
+	if local.puts != 2 || obs.counts["ok"] != 1 {
+		t.Errorf("a forwarded write that yielded ran %d more times here and was forwarded %d more times; want 1 and 0", local.puts-1, obs.counts["ok"]-1)
 	}
 
 	// Yield, which the sequencer asks, says the same: only a reachable
