@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/fdb-etcd/fdb-etcd/owner"
+	"github.com/fdb-etcd/fdb-etcd/owner/ownertest"
 	"github.com/fdb-etcd/fdb-etcd/progress"
 	"github.com/fdb-etcd/fdb-etcd/server/commitfeed"
 )
@@ -37,35 +38,6 @@ func serveFeed(t *testing.T, src commitfeed.Source) (string, *grpc.Server, *comm
 	go func() { _ = s.Serve(l) }()
 	t.Cleanup(s.Stop)
 	return "http://" + l.Addr().String(), s, f
-}
-
-// views is an owner whose view the test sets.
-type views struct {
-	mu      sync.Mutex
-	v       owner.View
-	changed chan struct{}
-}
-
-func newViews(v owner.View) *views { return &views{v: v, changed: make(chan struct{})} }
-
-func (o *views) View() owner.View {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.v
-}
-
-func (o *views) Changed() <-chan struct{} {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.changed
-}
-
-func (o *views) set(v owner.View) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.v = v
-	close(o.changed)
-	o.changed = make(chan struct{})
 }
 
 // conns dials owners on loopback, one connection per URL, closed at the
@@ -113,7 +85,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestFollowerFollowsTheOwner(t *testing.T) {
 	wa, wb := &progress.Served{}, &progress.Served{}
 	a, b := feedServer(t, commitfeed.Fixed(wa)), feedServer(t, commitfeed.Fixed(wb))
-	own := newViews(owner.View{Epoch: 1, ID: 1, URL: a})
+	own := ownertest.New(owner.View{Epoch: 1, ID: 1, URL: a})
 	into := &progress.Served{}
 	f := commitfeed.Follow(commitfeed.FollowConfig{Owner: own, Conn: (&conns{t: t}).conn, Into: into})
 	defer f.Stop()
@@ -125,15 +97,15 @@ func TestFollowerFollowsTheOwner(t *testing.T) {
 	}
 	waitFor(t, "the newest of a burst", func() bool { return into.Load() == 1000 })
 
-	own.set(owner.View{Epoch: 2, ID: 2, URL: b})
+	own.Set(owner.View{Epoch: 2, ID: 2, URL: b})
 	wb.Observe(2000)
 	waitFor(t, "the new owner's revision", func() bool { return into.Load() == 2000 })
 	wa.Observe(3000) // the old owner is no longer followed
 	wb.Observe(2001)
 	waitFor(t, "the new owner's next revision", func() bool { return into.Load() == 2001 })
 
-	own.set(owner.View{Held: true, Epoch: 3, ID: 3, URL: "http://this"})
-	own.set(owner.View{Epoch: 4, ID: 2, URL: b})
+	own.Set(owner.View{Held: true, Epoch: 3, ID: 3, URL: "http://this"})
+	own.Set(owner.View{Epoch: 4, ID: 2, URL: b})
 	wb.Observe(4000)
 	waitFor(t, "the owner's revision after ownership came back to it", func() bool { return into.Load() == 4000 })
 }
@@ -165,7 +137,7 @@ func TestFollowerNamesItsKeyspaceAndRetries(t *testing.T) {
 	})
 	into := &progress.Served{}
 	f := commitfeed.Follow(commitfeed.FollowConfig{
-		Owner: newViews(owner.View{Epoch: 1, ID: 1, URL: url}), Conn: (&conns{t: t}).conn,
+		Owner: ownertest.New(owner.View{Epoch: 1, ID: 1, URL: url}), Conn: (&conns{t: t}).conn,
 		Metadata: metadata.Pairs("tenant", "blue"), Into: into, RetryMin: time.Millisecond,
 	})
 	waitFor(t, "the revision after two refusals", func() bool { return into.Load() == 42 })
@@ -185,7 +157,7 @@ func TestFeedStopEndsStreams(t *testing.T) {
 	url, s, feed := serveFeed(t, commitfeed.Fixed(w))
 	into := &progress.Served{}
 	f := commitfeed.Follow(commitfeed.FollowConfig{
-		Owner: newViews(owner.View{Epoch: 1, ID: 1, URL: url}), Conn: (&conns{t: t}).conn, Into: into,
+		Owner: ownertest.New(owner.View{Epoch: 1, ID: 1, URL: url}), Conn: (&conns{t: t}).conn, Into: into,
 	})
 	defer f.Stop()
 	waitFor(t, "the owner's revision", func() bool { return into.Load() == 7 })

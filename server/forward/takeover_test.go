@@ -15,35 +15,8 @@ import (
 
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/owner"
+	"github.com/fdb-etcd/fdb-etcd/owner/ownertest"
 )
-
-// handOver is an Owner whose view a test sets, closing Changed as the
-// elector does.
-type handOver struct {
-	mu      sync.Mutex
-	view    owner.View
-	changed chan struct{}
-}
-
-func (h *handOver) View() owner.View {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.view
-}
-
-func (h *handOver) Changed() <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.changed
-}
-
-func (h *handOver) set(v owner.View) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.view = v
-	close(h.changed)
-	h.changed = make(chan struct{})
-}
 
 type countingObserver struct {
 	mu     sync.Mutex
@@ -69,14 +42,14 @@ func TestWriteWaitsForATakeover(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 
-	own := &handOver{changed: make(chan struct{})}
+	own := ownertest.New(owner.View{})
 	peers := NewPeers(nil)
 	t.Cleanup(peers.Close)
 	obs := &countingObserver{counts: map[string]int{}}
 	f := New(own, peers, obs)
 	go func() {
 		time.Sleep(50 * time.Millisecond)
-		own.set(owner.View{Epoch: 2, ID: 7, URL: "http://" + lis.Addr().String()})
+		own.Set(owner.View{Epoch: 2, ID: 7, URL: "http://" + lis.Addr().String()})
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -85,7 +58,7 @@ func TestWriteWaitsForATakeover(t *testing.T) {
 	}
 
 	// Nobody takes over: after connectWait the write runs here.
-	own.set(owner.View{})
+	own.Set(owner.View{})
 	start := time.Now()
 	if _, ok := f.target(ctx); ok {
 		t.Fatal("a write with no owner was sent somewhere")
@@ -107,14 +80,14 @@ func (ownerKV) Put(context.Context, *pb.PutRequest) (*pb.PutResponse, error) {
 // sequencer's Yield would have it.
 type yieldingStore struct {
 	mvcc.Evaluator
-	own   *handOver
+	own   *ownertest.Views
 	owner owner.View
 	puts  int
 }
 
 func (s *yieldingStore) Put(context.Context, *pb.PutRequest) (*pb.PutResponse, error) {
 	s.puts++
-	s.own.set(s.owner)
+	s.own.Set(s.owner)
 	return nil, fmt.Errorf("%w (test)", mvcc.ErrYielded)
 }
 
@@ -137,7 +110,7 @@ func TestYieldedWriteGoesToTheOwner(t *testing.T) {
 	deadURL := "http://" + dead.Addr().String()
 	_ = dead.Close() // refuses connections: the old owner died
 
-	own := &handOver{changed: make(chan struct{}), view: owner.View{Epoch: 1, ID: 5, URL: deadURL}}
+	own := ownertest.New(owner.View{Epoch: 1, ID: 5, URL: deadURL})
 	peers := NewPeers(nil)
 	t.Cleanup(peers.Close)
 	obs := &countingObserver{counts: map[string]int{}}
@@ -157,7 +130,7 @@ func TestYieldedWriteGoesToTheOwner(t *testing.T) {
 	// A write another replica forwarded here that yields is not sent on:
 	// it fails (etcd's "leader changed", by errmap) for that replica to
 	// pass on.
-	own.set(owner.View{Epoch: 1, ID: 5, URL: deadURL})
+	own.Set(owner.View{Epoch: 1, ID: 5, URL: deadURL})
 	fwd := metadata.NewIncomingContext(ctx, metadata.Pairs(forwardedKey, "1"))
 	if _, err := kv.Put(fwd, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); !errors.Is(err, mvcc.ErrYielded) {
 		t.Errorf("a forwarded write that yielded: %v, want ErrYielded", err)
@@ -171,11 +144,11 @@ func TestYieldedWriteGoesToTheOwner(t *testing.T) {
 	if !f.Yield() {
 		t.Error("Yield = false with another owner connected")
 	}
-	own.set(owner.View{Held: true, Epoch: 3, ID: 9, URL: "http://self"})
+	own.Set(owner.View{Held: true, Epoch: 3, ID: 9, URL: "http://self"})
 	if f.Yield() {
 		t.Error("Yield = true while this replica owns writes")
 	}
-	own.set(owner.View{Epoch: 4, ID: 5, URL: deadURL})
+	own.Set(owner.View{Epoch: 4, ID: 5, URL: deadURL})
 	if f.Yield() {
 		t.Error("Yield = true with the owner unreachable")
 	}
