@@ -140,7 +140,7 @@ func newID() uint64 {
 func (e *Elector) run() {
 	defer close(e.done)
 	for {
-		e.sleep()
+		e.clock.Sleep(e.cfg.RenewInterval, e.stop, nil)
 		select {
 		case <-e.stop:
 			return
@@ -148,36 +148,6 @@ func (e *Elector) run() {
 		}
 		e.tick()
 	}
-}
-
-// sleep waits RenewInterval before the next tick. A replica that does not
-// own writes also wakes as soon as the record changes: after a takeover it
-// would otherwise keep forwarding to nobody (or to the dead owner) for up
-// to RenewInterval, committing its writes itself, where they race the new
-// owner's stream of commits on the head revision and lose until their
-// deadline. On FoundationDB the change arrives as a watch, 10–20 ms after
-// the takeover; the owner's renewals wake it too, in place of the timed
-// read it replaces.
-func (e *Elector) sleep() {
-	e.mu.Lock()
-	seen, held := e.seen, e.held
-	e.mu.Unlock()
-	if held != 0 {
-		e.clock.Sleep(e.cfg.RenewInterval, e.stop, nil)
-		return
-	}
-	ctx, cancel := context.WithCancel(e.ctx)
-	changed, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		// A failed wait wakes nobody: the timed tick reads the record.
-		if e.db.WaitChange(ctx, key, seen) == nil {
-			close(changed)
-		}
-	}()
-	e.clock.Sleep(e.cfg.RenewInterval, e.stop, changed)
-	cancel()
-	<-done
 }
 
 // View returns the current belief. This replica holds its epoch until TTL
