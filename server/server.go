@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -382,10 +381,7 @@ func (s *Server) followCommits(peers *forward.Peers) {
 		Into: s.committed, Logger: s.lg,
 	})
 	s.OnShutdown(f.Stop)
-	_ = s.Metrics().Registry().Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "fdb_etcd_commit_feed_revision",
-		Help: "Newest revision the write owner's commit feed reported to this replica (0 until it reports one).",
-	}, func() float64 { return float64(s.committed.Load()) }))
+	s.Metrics().SetCommitFeed(s.committed.Load)
 }
 
 // startAutoCompaction runs --auto-compaction-mode/retention: every replica

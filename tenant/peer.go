@@ -77,7 +77,7 @@ func (r *Router) startPeers() {
 	api := &peerAPI{r: r}
 	pb.RegisterKVServer(r.peerSrv, api)
 	pb.RegisterLeaseServer(r.peerSrv, api)
-	commitfeed.Register(r.peerSrv, r.followedFeed, commitfeed.FeedConfig{})
+	r.peerFeed = commitfeed.Register(r.peerSrv, r.followedFeed, commitfeed.FeedConfig{})
 	r.peerL = newConnListener(&net.TCPAddr{})
 	r.peerDone = make(chan struct{})
 	go func() {
@@ -91,6 +91,7 @@ func (r *Router) stopPeers() {
 	if r.peerSrv == nil {
 		return
 	}
+	r.peerFeed.Stop()
 	r.peerSrv.Stop()
 	_ = r.peerL.Close()
 	<-r.peerDone

@@ -15,6 +15,7 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/internal/fairsched"
 	"github.com/fdb-etcd/fdb-etcd/server"
 	"github.com/fdb-etcd/fdb-etcd/server/cluster"
+	"github.com/fdb-etcd/fdb-etcd/server/commitfeed"
 	"github.com/fdb-etcd/fdb-etcd/server/forward"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
@@ -112,8 +113,9 @@ type Router struct {
 	conns sync.WaitGroup // accept loops and connections being routed
 
 	// Forwarded writes (peer.go); nil without PeerTLS and ForwardWrites.
-	peers    *forward.Peers // tenants' servers forward through these
-	peerSrv  *grpc.Server   // serves peers' forwarded requests
+	peers    *forward.Peers   // tenants' servers forward through these
+	peerSrv  *grpc.Server     // serves peers' forwarded requests
+	peerFeed *commitfeed.Feed // the commit feed on peerSrv
 	peerL    *connListener
 	peerDone chan struct{}
 

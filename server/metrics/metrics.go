@@ -226,6 +226,17 @@ func (m *Metrics) SetWatchSource(f func() WatchStats) {
 	m.mu.Unlock()
 }
 
+// SetCommitFeed registers the newest revision the write owner's commit
+// feed reported to this replica (server/commitfeed), read at scrape time.
+func (m *Metrics) SetCommitFeed(revision func() int64) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "fdb_etcd", Subsystem: "commit_feed", Name: "revision",
+		Help: "Newest revision the write owner's commit feed reported to this replica (0 until it reports one)."},
+		func() float64 { return float64(revision()) }))
+}
+
 // ObserveBatch is revision.Config.Observe: one committed group-commit batch.
 func (m *Metrics) ObserveBatch(requests, bytes int, took time.Duration) {
 	if m == nil {
