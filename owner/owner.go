@@ -97,6 +97,9 @@ type Elector struct {
 	stop   chan struct{}
 	done   chan struct{}
 	once   sync.Once
+	// refresh asks the loop to read the record now (Refresh); it holds at
+	// most one request, so asking again before the read adds nothing.
+	refresh chan struct{}
 
 	mu      sync.Mutex
 	seen    []byte        // guarded by mu: the record's bytes as last read
@@ -115,7 +118,7 @@ func Start(db storage.DB, cfg Config) *Elector {
 	e := &Elector{
 		db: db, cfg: cfg, id: newID(), clock: cfg.Clock, lg: cfg.Logger,
 		ctx: ctx, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{}),
-		changed: make(chan struct{}),
+		refresh: make(chan struct{}, 1), changed: make(chan struct{}),
 	}
 	e.tick()
 	go e.run()
@@ -139,16 +142,31 @@ func newID() uint64 {
 
 func (e *Elector) run() {
 	defer close(e.done)
+	last := e.clock.Now()
 	for {
-		e.clock.Sleep(e.cfg.RenewInterval, e.stop, nil)
+		e.clock.Sleep(e.cfg.RenewInterval-e.clock.Now().Sub(last), e.stop, e.refresh)
+		select {
+		case <-e.refresh: // a read asked for is this one
+		default:
+		}
+		// Refreshes come from writes, thousands a second while an owner is
+		// unreachable: they read the record at most every refreshGap.
+		if wait := e.cfg.RenewInterval/refreshGap - e.clock.Now().Sub(last); wait > 0 {
+			e.clock.Sleep(wait, e.stop, nil)
+		}
 		select {
 		case <-e.stop:
 			return
 		default:
 		}
+		last = e.clock.Now()
 		e.tick()
 	}
 }
+
+// refreshGap is how many reads of the record Refresh may add per
+// RenewInterval.
+const refreshGap = 8
 
 // View returns the current belief. This replica holds its epoch until TTL
 // after the start of its last committed renewal; another replica's record
@@ -164,6 +182,19 @@ func (e *Elector) View() View {
 		return View{Epoch: e.rec.Epoch, ID: e.rec.ID, URL: e.rec.URL}
 	}
 	return View{}
+}
+
+// Refresh asks for the record to be read now rather than at the next
+// RenewInterval, without waiting for it (Changed tells of what it finds).
+// A replica that finds the owner it believes in unreachable asks it: the
+// owner may have died and another taken over since the last read, and
+// until this replica reads that, it commits its writes itself, racing the
+// new owner's stream of commits on the head revision.
+func (e *Elector) Refresh() {
+	select {
+	case e.refresh <- struct{}{}:
+	default:
+	}
 }
 
 // Changed returns a channel closed at the next change of the owner or of

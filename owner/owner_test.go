@@ -231,3 +231,35 @@ func TestPausedOwnerKeepsItsEpoch(t *testing.T) {
 		t.Fatalf("after a pause of 3 TTL: %+v, want holding epoch 1", v)
 	}
 }
+
+// TestRefreshReadsTheRecordNow: a replica asked to look again (its owner
+// unreachable) reads the record within RenewInterval/refreshGap of its last
+// read, not at its next RenewInterval, and so learns of a takeover early.
+func TestRefreshReadsTheRecordNow(t *testing.T) {
+	db := testdb.Open(t)
+	a := start(t, db, 1, t0)
+	b := start(t, db, 2, t0)
+	c := start(t, db, 3, t0)
+	// a stalls; b takes over. c's clock stands still: only a read it is
+	// asked for can tell it.
+	advance(t, ttl+renew, b)
+	if v := b.e.View(); !v.Held {
+		t.Fatalf("b after a stood still for TTL: %+v, want holding", v)
+	}
+	if v := c.e.View(); v.ID != a.e.ID() {
+		t.Fatalf("c before a refresh: %+v, want a's record still", v)
+	}
+	changed := c.e.Changed()
+	c.e.Refresh()
+	c.clk.BlockUntil(t, 1) // the gap since its last read
+	c.clk.Advance(renew / refreshGap)
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Refresh did not read the record")
+	}
+	c.clk.BlockUntil(t, 1)
+	if v := c.e.View(); v.Held || v.ID != b.e.ID() || v.URL != url(2) {
+		t.Fatalf("c after a refresh: %+v, want b's record", v)
+	}
+}

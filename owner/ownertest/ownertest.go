@@ -12,9 +12,10 @@ import (
 // Views holds a View and closes Changed at each Set, as owner.Elector does
 // at each change of the owner.
 type Views struct {
-	mu      sync.Mutex
-	v       owner.View    // guarded by mu
-	changed chan struct{} // guarded by mu
+	mu        sync.Mutex
+	v         owner.View    // guarded by mu
+	changed   chan struct{} // guarded by mu
+	refreshes int           // guarded by mu: Refresh calls
 }
 
 // New returns Views holding v.
@@ -32,6 +33,21 @@ func (o *Views) Changed() <-chan struct{} {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.changed
+}
+
+// Refresh counts a request to read the record now; the view changes only
+// by Set.
+func (o *Views) Refresh() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.refreshes++
+}
+
+// Refreshes returns how many times Refresh was called.
+func (o *Views) Refreshes() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.refreshes
 }
 
 // Set replaces the view and wakes Changed's waiters.

@@ -95,6 +95,15 @@ func (p *Peers) isReady(rawURL string) bool {
 	return ok && pr.cc.GetState() == connectivity.Ready
 }
 
+// reconnect starts connecting to rawURL, dialing it the first time, unless
+// its connection is up; it does not wait. A connection stays idle until
+// something asks for it: a new one, and one that dropped.
+func (p *Peers) reconnect(rawURL string) {
+	if pr, ok := p.conn(rawURL); ok && pr.cc.GetState() != connectivity.Ready {
+		pr.cc.Connect()
+	}
+}
+
 // conn returns the connection to rawURL, dialing it (without waiting) the
 // first time.
 func (p *Peers) conn(rawURL string) (peer, bool) {

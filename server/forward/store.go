@@ -75,6 +75,9 @@ type Owner interface {
 	View() owner.View
 	// Changed is closed at the next change of the owner (owner.Elector).
 	Changed() <-chan struct{}
+	// Refresh asks for the owner to be looked up again now, without
+	// waiting (owner.Elector).
+	Refresh()
 }
 
 // Observer counts forwarded writes by outcome: "ok", "error" (the owner's
@@ -136,7 +139,11 @@ func (f *Forwarder) target(ctx context.Context) (peer, bool) {
 	p, ok := f.peers.ready(ctx, v.URL)
 	if !ok {
 		// Not reachable: nothing was sent, so committing here is safe,
-		// only slower for the others.
+		// only slower for the others. The owner may have died and another
+		// taken over since this replica last looked: look again now, so
+		// that the writes committing here yield to it (Yield) within one
+		// retry rather than at the next periodic read.
+		f.owner.Refresh()
 		f.obs.ForwardedWrite("local")
 	}
 	return p, ok
@@ -148,10 +155,21 @@ func (f *Forwarder) target(ctx context.Context) (peer, bool) {
 // instead of racing that owner's stream of commits on the head revision,
 // which under load it loses until its deadline. It happens when ownership
 // moves while this replica commits locally (the old owner died). Called
-// inside a write transaction: it only looks, never dials or waits.
+// inside a write transaction: it never dials or waits. When the owner it
+// names is not connected, it asks for what would let the next retry yield
+// instead: the owner looked up again (it may be dead and succeeded), and a
+// connection to it made again (one that dropped stays idle until asked).
 func (f *Forwarder) Yield() bool {
 	v := f.owner.View()
-	return !v.Held && v.URL != "" && f.peers.isReady(v.URL)
+	if v.Held || v.URL == "" {
+		return false
+	}
+	if f.peers.isReady(v.URL) {
+		return true
+	}
+	f.owner.Refresh()
+	f.peers.reconnect(v.URL)
+	return false
 }
 
 // awaitOwner waits, up to connectWait, for a replica to own writes while
@@ -159,10 +177,13 @@ func (f *Forwarder) Yield() bool {
 // election's RenewInterval) has not happened yet. A write committed here
 // meanwhile would race the new owner's stream of commits on the head
 // revision once it takes over, and under load lose until its deadline. It
-// returns the view then, which may still name nobody.
+// returns the view then, which may still name nobody. The record is looked
+// up again at once: a lapsed record is taken over, or found taken over, by
+// the next read.
 func (f *Forwarder) awaitOwner(ctx context.Context) owner.View {
 	ctx, cancel := context.WithTimeout(ctx, connectWait)
 	defer cancel()
+	f.owner.Refresh()
 	for {
 		changed := f.owner.Changed() // before View: no change falls between
 		v := f.owner.View()

@@ -56,6 +56,9 @@ func TestWriteWaitsForATakeover(t *testing.T) {
 	if _, ok := f.target(ctx); !ok {
 		t.Fatalf("a write while nobody owned ran here (%v), want it sent to the owner that took over", obs.counts)
 	}
+	if own.Refreshes() == 0 {
+		t.Error("a write while nobody owned did not ask for the record to be read again")
+	}
 
 	// Nobody takes over: after connectWait the write runs here.
 	own.Set(owner.View{})
@@ -151,5 +154,55 @@ func TestYieldedWriteGoesToTheOwner(t *testing.T) {
 	own.Set(owner.View{Epoch: 4, ID: 5, URL: deadURL})
 	if f.Yield() {
 		t.Error("Yield = true with the owner unreachable")
+	}
+}
+
+// TestUnreachableOwnerIsLookedUpAgain: a write that runs here because the
+// owner it names is unreachable asks for the owner to be looked up again,
+// and so does each retry of a local batch (Yield) while that owner is not
+// connected; Yield also connects to the owner it names, so that once the
+// view names a live owner a retry gives way to it without a new write
+// having dialed it first.
+func TestUnreachableOwnerIsLookedUpAgain(t *testing.T) {
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadURL := "http://" + dead.Addr().String()
+	_ = dead.Close()
+	own := ownertest.New(owner.View{Epoch: 1, ID: 5, URL: deadURL})
+	peers := NewPeers(nil)
+	t.Cleanup(peers.Close)
+	f := New(own, peers, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, ok := f.target(ctx); ok {
+		t.Fatal("a write was sent to an unreachable owner")
+	}
+	if n := own.Refreshes(); n != 1 {
+		t.Fatalf("a write that found its owner unreachable asked for %d refreshes, want 1", n)
+	}
+	if f.Yield() {
+		t.Fatal("Yield = true with the owner unreachable")
+	}
+	if n := own.Refreshes(); n != 2 {
+		t.Fatalf("Yield with the owner unreachable asked for %d refreshes in all, want 2", n)
+	}
+
+	// The refresh names a live owner nothing here has dialed: Yield
+	// connects to it and, once the connection is up, gives way.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	own.Set(owner.View{Epoch: 2, ID: 7, URL: "http://" + lis.Addr().String()})
+	for !f.Yield() {
+		if ctx.Err() != nil {
+			t.Fatal("Yield never gave way to a live owner it was not yet connected to")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
