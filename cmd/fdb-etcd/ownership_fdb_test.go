@@ -42,6 +42,9 @@ func (r *replica) metric(t *testing.T, series string) float64 {
 type ownership struct {
 	owner                         bool
 	expired, forwarded, conflicts float64
+	// local: writes committed here because the owner was unreachable;
+	// yielded: those of them that gave way to a new owner (forward).
+	local, yielded float64
 }
 
 func (r *replica) ownership(t *testing.T) ownership {
@@ -49,6 +52,8 @@ func (r *replica) ownership(t *testing.T) ownership {
 		owner:     r.metric(t, "fdb_etcd_lease_expiry_owner") == 1,
 		expired:   r.metric(t, "fdb_etcd_lease_expired_total"),
 		forwarded: r.metric(t, `fdb_etcd_forward_writes_total{result="ok"}`),
+		local:     r.metric(t, `fdb_etcd_forward_writes_total{result="local"}`),
+		yielded:   r.metric(t, `fdb_etcd_forward_writes_total{result="yielded"}`),
 	}
 }
 
@@ -233,8 +238,9 @@ func (p *phase) report(t *testing.T) {
 	t.Logf("%s: %d puts in %v (%.0f/s)", p.name, total, p.took.Round(time.Second), float64(total)/p.took.Seconds())
 	for i, r := range p.reps {
 		b, a := p.before[i], p.after[i]
-		t.Logf("  %s: %d puts (%.1f%%), owner %t, expired %.0f leases, forwarded %.0f writes",
-			r.name, p.puts[i], 100*float64(p.puts[i])/float64(total), a.owner, a.expired-b.expired, a.forwarded-b.forwarded)
+		t.Logf("  %s: %d puts (%.1f%%), owner %t, expired %.0f leases, forwarded %.0f writes (%.0f committed here, owner unreachable; %.0f of them yielded)",
+			r.name, p.puts[i], 100*float64(p.puts[i])/float64(total), a.owner, a.expired-b.expired, a.forwarded-b.forwarded,
+			a.local-b.local, a.yielded-b.yielded)
 	}
 	t.Logf("  %d leases: revoke seen by a watcher after its deadline p50 %v, p99 %v, max %v; %d later than 1 s",
 		len(p.lateness), q(0.5), q(0.99), q(1), over)

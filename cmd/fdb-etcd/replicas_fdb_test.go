@@ -73,7 +73,7 @@ func startReplica(t *testing.T, bin, name, clusterFile, prefix string, extra ...
 		_ = cmd.Wait()
 		if t.Failed() {
 			out, _ := os.ReadFile(log)
-			t.Logf("%s log:\n%s", name, tail(string(out), 3000))
+			t.Logf("%s log:\n%s", name, tail(string(out), 20000))
 		}
 	})
 	r.cli = dial(t, addr)
