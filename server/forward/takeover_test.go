@@ -29,18 +29,42 @@ func (o *countingObserver) ForwardedWrite(result string) {
 	o.counts[result]++
 }
 
-// TestWriteWaitsForATakeover: while nobody owns writes (the owner's record
-// lapsed, the takeover not yet done), a write waits for the new owner and
-// goes to it, instead of committing here, where it would race the new
-// owner's commits on the head revision.
-func TestWriteWaitsForATakeover(t *testing.T) {
+// serveOwner serves kv (nothing if nil) on a loopback port and returns the
+// URL a forwarder reaches it at.
+func serveOwner(t *testing.T, kv pb.KVServer) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
+	if kv != nil {
+		pb.RegisterKVServer(srv, kv)
+	}
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
+	return "http://" + lis.Addr().String()
+}
+
+// deadOwner returns a loopback URL that refuses connections: an owner that
+// died.
+func deadOwner(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + lis.Addr().String()
+	_ = lis.Close()
+	return url
+}
+
+// TestWriteWaitsForATakeover: while nobody owns writes (the owner's record
+// lapsed, the takeover not yet done), a write waits for the new owner and
+// goes to it, instead of committing here, where it would race the new
+// owner's commits on the head revision.
+func TestWriteWaitsForATakeover(t *testing.T) {
+	ownerURL := serveOwner(t, nil)
 
 	own := ownertest.New(owner.View{})
 	peers := NewPeers(nil)
@@ -49,7 +73,7 @@ func TestWriteWaitsForATakeover(t *testing.T) {
 	f := New(own, peers, obs)
 	go func() {
 		time.Sleep(50 * time.Millisecond)
-		own.Set(owner.View{Epoch: 2, ID: 7, URL: "http://" + lis.Addr().String()})
+		own.Set(owner.View{Epoch: 2, ID: 7, URL: ownerURL})
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -98,26 +122,14 @@ func (s *yieldingStore) Put(context.Context, *pb.PutRequest) (*pb.PutResponse, e
 // itself (the owner it knew was unreachable) that yielded when a reachable
 // replica took over is sent to that owner, and its answer is the client's.
 func TestYieldedWriteGoesToTheOwner(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	pb.RegisterKVServer(srv, ownerKV{})
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadURL := "http://" + dead.Addr().String()
-	_ = dead.Close() // refuses connections: the old owner died
+	ownerURL := serveOwner(t, ownerKV{})
+	deadURL := deadOwner(t)
 
 	own := ownertest.New(owner.View{Epoch: 1, ID: 5, URL: deadURL})
 	peers := NewPeers(nil)
 	t.Cleanup(peers.Close)
 	obs := &countingObserver{counts: map[string]int{}}
-	local := &yieldingStore{own: own, owner: owner.View{Epoch: 2, ID: 7, URL: "http://" + lis.Addr().String()}}
+	local := &yieldingStore{own: own, owner: owner.View{Epoch: 2, ID: 7, URL: ownerURL}}
 	f := New(own, peers, obs)
 	kv := f.KV(local)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -164,12 +176,7 @@ func TestYieldedWriteGoesToTheOwner(t *testing.T) {
 // view names a live owner a retry gives way to it without a new write
 // having dialed it first.
 func TestUnreachableOwnerIsLookedUpAgain(t *testing.T) {
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadURL := "http://" + dead.Addr().String()
-	_ = dead.Close()
+	deadURL := deadOwner(t)
 	own := ownertest.New(owner.View{Epoch: 1, ID: 5, URL: deadURL})
 	peers := NewPeers(nil)
 	t.Cleanup(peers.Close)
@@ -191,14 +198,7 @@ func TestUnreachableOwnerIsLookedUpAgain(t *testing.T) {
 
 	// The refresh names a live owner nothing here has dialed: Yield
 	// connects to it and, once the connection is up, gives way.
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	own.Set(owner.View{Epoch: 2, ID: 7, URL: "http://" + lis.Addr().String()})
+	own.Set(owner.View{Epoch: 2, ID: 7, URL: serveOwner(t, nil)})
 	for !f.Yield() {
 		if ctx.Err() != nil {
 			t.Fatal("Yield never gave way to a live owner it was not yet connected to")
