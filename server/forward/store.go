@@ -155,16 +155,20 @@ func (f *Forwarder) target(ctx context.Context) (peer, bool) {
 // instead of racing that owner's stream of commits on the head revision,
 // which under load it loses until its deadline. It happens when ownership
 // moves while this replica commits locally (the old owner died). Called
-// inside a write transaction: it never dials or waits. When the owner it
-// names is not connected, it asks for what would let the next retry yield
-// instead: the owner looked up again (it may be dead and succeeded), and a
-// connection to it made again (one that dropped stays idle until asked).
+// inside a write transaction: it never dials or waits. When nobody owns,
+// or the owner it names is not connected, it asks for what would let the
+// next retry yield instead: the owner looked up again (a lapsed record is
+// taken over at the next read; a dead owner may have been succeeded), and
+// a connection to the owner made (one that dropped stays idle until asked).
 func (f *Forwarder) Yield() bool {
 	v := f.owner.View()
-	if v.Held || v.URL == "" {
+	switch {
+	case v.Held:
 		return false
-	}
-	if f.peers.isReady(v.URL) {
+	case v.URL == "":
+		f.owner.Refresh()
+		return false
+	case f.peers.isReady(v.URL):
 		return true
 	}
 	f.owner.Refresh()

@@ -172,7 +172,7 @@ func TestYieldedWriteGoesToTheOwner(t *testing.T) {
 // TestUnreachableOwnerIsLookedUpAgain: a write that runs here because the
 // owner it names is unreachable asks for the owner to be looked up again,
 // and so does each retry of a local batch (Yield) while that owner is not
-// connected; Yield also connects to the owner it names, so that once the
+// connected or nobody owns; Yield also connects to the owner it names, so that once the
 // view names a live owner a retry gives way to it without a new write
 // having dialed it first.
 func TestUnreachableOwnerIsLookedUpAgain(t *testing.T) {
@@ -194,6 +194,14 @@ func TestUnreachableOwnerIsLookedUpAgain(t *testing.T) {
 	}
 	if n := own.Refreshes(); n != 2 {
 		t.Fatalf("Yield with the owner unreachable asked for %d refreshes in all, want 2", n)
+	}
+	// The dead owner's record lapses: nobody owns until the next read.
+	own.Set(owner.View{})
+	if f.Yield() {
+		t.Fatal("Yield = true with nobody owning writes")
+	}
+	if n := own.Refreshes(); n != 3 {
+		t.Fatalf("Yield with nobody owning asked for %d refreshes in all, want 3", n)
 	}
 
 	// The refresh names a live owner nothing here has dialed: Yield
