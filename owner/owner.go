@@ -145,10 +145,6 @@ func (e *Elector) run() {
 	last := e.clock.Now()
 	for {
 		e.clock.Sleep(e.cfg.RenewInterval-e.clock.Now().Sub(last), e.stop, e.refresh)
-		select {
-		case <-e.refresh: // a read asked for is this one
-		default:
-		}
 		// Refreshes come from writes, thousands a second while an owner is
 		// unreachable: they read the record at most every refreshGap.
 		if wait := e.cfg.RenewInterval/refreshGap - e.clock.Now().Sub(last); wait > 0 {
@@ -157,6 +153,10 @@ func (e *Elector) run() {
 		select {
 		case <-e.stop:
 			return
+		default:
+		}
+		select {
+		case <-e.refresh: // a read asked for before this one: this one serves it
 		default:
 		}
 		last = e.clock.Now()

@@ -103,10 +103,11 @@ type Metrics struct {
 	leaseOwner                               prometheus.Gauge
 	forwardedWrites                          *prometheus.CounterVec
 
-	mu      sync.Mutex
-	store   StoreSource
-	sizer   SizeSource
-	watchFn func() WatchStats
+	mu           sync.Mutex
+	store        StoreSource
+	sizer        SizeSource
+	watchFn      func() WatchStats
+	commitFeedFn func() int64
 }
 
 // New creates the metrics of one server, on a registry of their own that
@@ -226,15 +227,15 @@ func (m *Metrics) SetWatchSource(f func() WatchStats) {
 	m.mu.Unlock()
 }
 
-// SetCommitFeed registers the newest revision the write owner's commit
-// feed reported to this replica (server/commitfeed), read at scrape time.
+// SetCommitFeed sets where the newest revision the write owner's commit
+// feed reported to this replica (server/commitfeed) is read at scrape time.
 func (m *Metrics) SetCommitFeed(revision func() int64) {
 	if m == nil {
 		return
 	}
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "fdb_etcd", Subsystem: "commit_feed", Name: "revision",
-		Help: "Newest revision the write owner's commit feed reported to this replica (0 until it reports one)."},
-		func() float64 { return float64(revision()) }))
+	m.mu.Lock()
+	m.commitFeedFn = revision
+	m.mu.Unlock()
 }
 
 // ObserveBatch is revision.Config.Observe: one committed group-commit batch.

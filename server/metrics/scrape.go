@@ -44,6 +44,8 @@ var (
 	descProgressAnswers = prometheus.NewDesc("fdb_etcd_watch_progress_answers_total",
 		"Watch progress requests answered: from memory at once (memory), after a read of the store's head (read), and second notifications at a newer head after an answer from memory (followup).",
 		[]string{"how"}, nil)
+	descCommitFeed = prometheus.NewDesc("fdb_etcd_commit_feed_revision",
+		"Newest revision the write owner's commit feed reported to this replica (0 until it reports one).", nil, nil)
 	descScrapeErrors = prometheus.NewDesc("fdb_etcd_scrape_store_error",
 		"1 when this scrape could not read the store's state.", nil, nil)
 )
@@ -53,7 +55,7 @@ type scrapeCollector struct{ m *Metrics }
 func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHasLeader, descCurrentRev, descCompactRev, descRev, descCompacted,
 		descDBSize, descDBSizeInUse, descDBSizeDebug, descWatchers, descSlowWatchers, descStreams,
-		descWatchersByState, descHubLag, descHubCommitted, descHubDispatched, descWatchQueued, descProgressAnswers, descScrapeErrors} {
+		descWatchersByState, descHubLag, descHubCommitted, descHubDispatched, descWatchQueued, descProgressAnswers, descCommitFeed, descScrapeErrors} {
 		ch <- d
 	}
 }
@@ -69,7 +71,7 @@ func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels 
 func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	m := c.m
 	m.mu.Lock()
-	store, sizer, watchFn := m.store, m.sizer, m.watchFn
+	store, sizer, watchFn, commitFeedFn := m.store, m.sizer, m.watchFn, m.commitFeedFn
 	m.mu.Unlock()
 
 	if store != nil {
@@ -113,5 +115,8 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(ch, descProgressAnswers, float64(w.ProgressFromMemory), "memory")
 		counter(ch, descProgressAnswers, float64(w.ProgressAfterRead), "read")
 		counter(ch, descProgressAnswers, float64(w.ProgressFollowUps), "followup")
+	}
+	if commitFeedFn != nil {
+		gauge(ch, descCommitFeed, float64(commitFeedFn()))
 	}
 }
