@@ -17,3 +17,7 @@ func openFDB(c *etcdConfig) (storage.DB, error) {
 		ClientBuggify: c.FDBBuggify,
 	})
 }
+
+// stopFDB stops the FoundationDB client's network thread before the process
+// exits (see fdb.StopNetwork).
+func stopFDB() error { return fdb.StopNetwork() }

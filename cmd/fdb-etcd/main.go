@@ -21,7 +21,14 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+	code := run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	if err := stopFDB(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // run is the process: it returns the exit status, etcd's for the same

@@ -235,6 +235,28 @@ func acquire(clusterFile string, version int, buggify ClientBuggify) (fdbgo.Data
 	return db, nil
 }
 
+// StopNetwork stops the process's FoundationDB client network thread and
+// waits for it to end. A process that used FoundationDB calls it last, just
+// before it exits: while that thread runs, the C++ runtime's exit handlers
+// can corrupt the heap it is using and abort the exit
+// (apple/foundationdb#3015). No DB can be opened in the process afterwards.
+// It does nothing when no DB was ever opened.
+func StopNetwork() error {
+	netMu.Lock()
+	defer netMu.Unlock()
+	if netVersion == 0 {
+		return nil
+	}
+	err := fdbgo.StopNetwork()
+	if errors.Is(err, fdbgo.ErrNetworkNotStarted) || errors.Is(err, fdbgo.ErrNetworkAlreadyStopped) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("storage/fdb: stop the FoundationDB network: %w", err)
+	}
+	return nil
+}
+
 // setBuggify sets the client_buggify_* network options; like every network
 // option they must precede the network's start.
 func setBuggify(b ClientBuggify) error {

@@ -39,7 +39,13 @@ import (
 const apiVersion = 730
 
 func main() {
-	if err := run(); err != nil {
+	err := run()
+	// The client's network thread must end before the process's exit
+	// handlers run (apple/foundationdb#3015).
+	if serr := fdb.StopNetwork(); serr != nil && !errors.Is(serr, fdb.ErrNetworkNotStarted) && err == nil {
+		err = serr
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "fdb-raw:", err)
 		os.Exit(1)
 	}

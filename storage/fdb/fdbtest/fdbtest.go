@@ -59,6 +59,12 @@ func Main(m *testing.M) int {
 		return 0
 	}
 	code := m.Run()
+	if err := fdb.StopNetwork(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if code == 0 {
+			code = 1
+		}
+	}
 	if srv != nil {
 		srv.Stop(code != 0)
 	}
