@@ -34,6 +34,9 @@ func (t turns) unary() grpc.UnaryServerInterceptor {
 		if err != nil {
 			return nil, err
 		}
+		// A write hands its slot back once it waits for its commit
+		// (groupcommit.Queue.Do), so the slot bounds evaluation only.
+		ctx, release = fairsched.Hold(ctx, release)
 		defer release()
 		return handler(ctx, req)
 	}

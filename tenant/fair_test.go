@@ -119,3 +119,27 @@ func TestFairQueueBound(t *testing.T) {
 		t.Fatalf("the quiet tenant's put: %v", err)
 	}
 }
+
+// TestFairHandBack: the slot a request takes travels in its context, so the
+// write path can hand it back while the request waits for its commit
+// (groupcommit); the interceptor's own release then gives back nothing
+// more.
+func TestFairHandBack(t *testing.T) {
+	s := fairsched.New(fairsched.Config{Slots: 1, MaxWait: 10 * time.Second})
+	interceptor := turns{s: s, tenant: "noisy"}.unary()
+	handler := func(ctx context.Context, _ any) (any, error) {
+		fairsched.HandBack(ctx)
+		release, err := s.Acquire(ctx, "quiet", 1)
+		if err != nil {
+			return nil, err
+		}
+		release()
+		return nil, nil
+	}
+	if _, err := interceptor(context.Background(), nil, nil, handler); err != nil {
+		t.Fatalf("another tenant's request after the hand-back: %v", err)
+	}
+	if st := s.Stats(); st != (fairsched.Stats{}) {
+		t.Fatalf("stats %+v after the request, want zero", st)
+	}
+}

@@ -19,6 +19,8 @@ import (
 	"context"
 	"slices"
 	"sync"
+
+	"github.com/fdb-etcd/fdb-etcd/internal/fairsched"
 )
 
 // Limits bound one batch: at most MaxBatch requests, and no request is
@@ -80,6 +82,10 @@ func (q *Queue[Req, Resp]) Do(ctx context.Context, req Req, size int, commit fun
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
+	// From here the request waits for a batch, or leads one that waits for
+	// the store: its scheduler slot, if it holds one, can serve another's
+	// evaluation meanwhile.
+	fairsched.HandBack(ctx)
 	w := &Waiter[Req, Resp]{Ctx: ctx, Req: req, Size: size, out: make(chan result[Resp], 1), lead: make(chan struct{}, 1)}
 	q.mu.Lock()
 	if q.stopped {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/fairsched"
 	"github.com/fdb-etcd/fdb-etcd/internal/groupcommit"
 )
 
@@ -268,5 +269,38 @@ func TestFailQueuedAnswersTheRequeued(t *testing.T) {
 	}
 	if want := "[[2]]"; fmt.Sprint(r.batches) != want {
 		t.Fatalf("batches %v, want %s", r.batches, want)
+	}
+}
+
+// TestWaitHandsBackTheSlot: a request that holds a scheduler slot gives it
+// back once it is queued, so another request gets the slot while the
+// first one's batch commits.
+func TestWaitHandsBackTheSlot(t *testing.T) {
+	s := fairsched.New(fairsched.Config{Slots: 1, MaxWait: 10 * time.Second})
+	rel, err := s.Acquire(context.Background(), "a", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, release := fairsched.Hold(context.Background(), rel)
+	q := groupcommit.New[int, int](groupcommit.Limits{}, errStopped)
+	c := &committer{entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		defer release()
+		_, err := q.Do(ctx, 1, 0, c.commit)
+		done <- err
+	}()
+	<-c.entered
+	other, err := s.Acquire(context.Background(), "b", 1)
+	if err != nil {
+		t.Fatalf("another request while the first one's batch commits: %v", err)
+	}
+	close(c.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	other()
+	if st := s.Stats(); st != (fairsched.Stats{}) {
+		t.Fatalf("stats %+v after every release, want zero", st)
 	}
 }
