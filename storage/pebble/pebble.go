@@ -36,7 +36,7 @@ type Options struct {
 type DB struct {
 	db *pebble.DB
 
-	writeMu sync.Mutex // serialises Update
+	writeMu sync.Mutex // serialises Update up to its commit's visibility, not its WAL sync
 
 	// A commit wakes only the WaitChange calls on the keys it wrote: many
 	// keyspaces share one store (package tenant), and waking every waiter
@@ -122,22 +122,50 @@ func (s *DB) updateOnce(ctx context.Context, fn func(storage.Tx) error) error {
 		return err
 	}
 	defer s.leave() // deferred: a panicking fn must not leave Close waiting
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
 	b := s.db.NewIndexedBatch()
 	defer b.Close()
 	t := &tx{r: b, b: b}
-	if err := fn(t); err != nil {
+	committed, syncWait, err := s.apply(b, t, fn)
+	if err != nil || !committed {
 		return err
 	}
-	if b.Empty() {
-		return nil
-	}
-	if err := b.Commit(s.sync); err != nil {
-		return fmt.Errorf("pebble commit: %w", err)
+	// The commit is visible (Pebble publishes a batch before its WAL sync
+	// in any case) but not yet durable. Waiting for the sync outside
+	// writeMu lets the next Update run and join the same sync instead of
+	// queueing behind it: without that, every keyspace on the store
+	// (tenants, the lessor) waited for each other's fsyncs one at a time.
+	if syncWait {
+		if err := b.SyncWait(); err != nil {
+			return fmt.Errorf("pebble commit: %w", err)
+		}
 	}
 	s.wake(t)
 	return nil
+}
+
+// apply runs fn and applies its writes, if any (committed), holding
+// writeMu: Updates are serialised from their first read to their writes
+// becoming visible. syncWait says the caller must wait for the WAL sync
+// (b.SyncWait) before the writes are durable.
+func (s *DB) apply(b *pebble.Batch, t *tx, fn func(storage.Tx) error) (committed, syncWait bool, err error) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if err := fn(t); err != nil {
+		return false, false, err
+	}
+	if b.Empty() {
+		return false, false, nil
+	}
+	if !s.sync.Sync {
+		if err := b.Commit(s.sync); err != nil {
+			return false, false, fmt.Errorf("pebble commit: %w", err)
+		}
+		return true, false, nil
+	}
+	if err := s.db.ApplyNoSyncWait(b, s.sync); err != nil {
+		return false, false, fmt.Errorf("pebble commit: %w", err)
+	}
+	return true, true, nil
 }
 
 // wake wakes the waiters of the keys t wrote.
