@@ -82,6 +82,13 @@ var Head = []byte{famMeta, 'h'}
 // Compaction holds the compaction state.
 var Compaction = []byte{famMeta, 'c'}
 
+// HeadAndCompaction is the key range that holds Head and Compaction and
+// nothing else: they sort next to each other, so a reader that needs both
+// reads them as one range, one storage request instead of two.
+func HeadAndCompaction() (begin, end []byte) {
+	return bytes.Clone(Compaction), append(bytes.Clone(Head), 0)
+}
+
 // Pending holds the reservation of a write too large for one transaction:
 // the revision it takes and the request, staged in several transactions and
 // published by one that moves Head. While it exists no other write commits.

@@ -97,3 +97,22 @@ func cmpInt(a, b int64) int {
 	}
 	return 0
 }
+
+// TestHeadAndCompaction: the range holds the two records and no other key
+// of the meta family, so a reader that takes it for both reads nothing
+// else.
+func TestHeadAndCompaction(t *testing.T) {
+	begin, end := HeadAndCompaction()
+	in := func(k []byte) bool { return bytes.Compare(k, begin) >= 0 && bytes.Compare(k, end) < 0 }
+	for _, k := range [][]byte{Head, Compaction} {
+		if !in(k) {
+			t.Errorf("%q is outside [%q, %q)", k, begin, end)
+		}
+	}
+	pinsBegin, pinsEnd := ReadPins()
+	for _, k := range [][]byte{Pending, PendingBeat, ReadPin(0, 0), ReadPin(1<<62, 1<<63), pinsBegin, pinsEnd} {
+		if in(k) {
+			t.Errorf("%q is inside [%q, %q)", k, begin, end)
+		}
+	}
+}

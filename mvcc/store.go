@@ -197,19 +197,17 @@ type firstRead struct {
 // those requests, not the round trip, bound how many Ranges a process
 // serves.
 func readFirst(tx storage.ReadTx, want firstReads) (firstRead, error) {
-	var f firstRead
-	keys := [][]byte{keyspace.Head}
-	if !want.atHead {
-		keys = append(keys, keyspace.Compaction)
-		if want.key != nil {
-			keys = append(keys, keyspace.Latest(want.key))
-		}
-	}
-	var ranges []storage.RangeRead
 	if want.atHead {
-		p := keyspace.HistoryPrefix(want.key)
-		ranges = append(ranges, storage.RangeRead{Begin: p, End: storage.Strinc(p), Opt: storage.RangeOptions{Limit: 1, Reverse: true}})
+		return readFirstAtHead(tx, want)
 	}
+	var f firstRead
+	var keys [][]byte
+	if want.key != nil {
+		keys = append(keys, keyspace.Latest(want.key))
+	}
+	// The head and the compaction record are one range read, one request.
+	mb, me := keyspace.HeadAndCompaction()
+	ranges := []storage.RangeRead{{Begin: mb, End: me}}
 	if want.index != nil {
 		ranges = append(ranges, *want.index)
 	}
@@ -217,23 +215,45 @@ func readFirst(tx storage.ReadTx, want firstReads) (firstRead, error) {
 	if err != nil {
 		return f, err
 	}
-	if f.head, err = revision.DecodeHead(vals[0]); err != nil {
+	var head, comp []byte
+	for _, kv := range kvs[0] {
+		switch {
+		case bytes.Equal(kv.Key, keyspace.Head):
+			head = kv.Value
+		case bytes.Equal(kv.Key, keyspace.Compaction):
+			comp = kv.Value
+		}
+	}
+	if f.head, err = revision.DecodeHead(head); err != nil {
 		return f, err
 	}
-	if want.atHead {
-		if len(kvs[0]) == 1 {
-			f.key.newest = &kvs[0][0]
-		}
-		return f, nil
-	}
-	if f.comp, err = decodeCompaction(vals[1]); err != nil {
+	if f.comp, err = decodeCompaction(comp); err != nil {
 		return f, err
 	}
 	if want.key != nil {
-		f.key.latest, f.key.latestRead = vals[2], true
+		f.key.latest, f.key.latestRead = vals[0], true
 	}
 	if want.index != nil {
-		f.index = kvs[len(kvs)-1]
+		f.index = kvs[1]
+	}
+	return f, nil
+}
+
+// readFirstAtHead is readFirst of a single key at the head: the head, and
+// the key's newest version.
+func readFirstAtHead(tx storage.ReadTx, want firstReads) (firstRead, error) {
+	var f firstRead
+	p := keyspace.HistoryPrefix(want.key)
+	ranges := []storage.RangeRead{{Begin: p, End: storage.Strinc(p), Opt: storage.RangeOptions{Limit: 1, Reverse: true}}}
+	vals, kvs, err := storage.ReadBatch(tx, [][]byte{keyspace.Head}, ranges)
+	if err != nil {
+		return f, err
+	}
+	if f.head, err = revision.DecodeHead(vals[0]); err != nil {
+		return f, err
+	}
+	if len(kvs[0]) == 1 {
+		f.key.newest = &kvs[0][0]
 	}
 	return f, nil
 }
