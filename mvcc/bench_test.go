@@ -14,6 +14,7 @@ import (
 
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
+	"github.com/fdb-etcd/fdb-etcd/revision"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 	"github.com/fdb-etcd/fdb-etcd/storage/fdb"
 	"github.com/fdb-etcd/fdb-etcd/storage/pebble"
@@ -176,12 +177,24 @@ func BenchmarkRangeBeforeLargeDelete(b *testing.B) {
 	}
 }
 
-// BenchmarkPutConcurrent is 256 clients' Puts of distinct keys on the store
-// testdb gives (FoundationDB with FDB_ETCD_TEST_BACKEND=fdb): the group
-// commit's throughput, where a batch's reads are one round trip or one per
-// request.
+// BenchmarkPutConcurrent is 16 and 256 clients' Puts of distinct keys on
+// the store testdb gives (FoundationDB with FDB_ETCD_TEST_BACKEND=fdb): the
+// group commit's throughput, with and without batches gathering the
+// clients of the previous one (revision.Config.Gather). It reports the
+// puts per batch.
 func BenchmarkPutConcurrent(b *testing.B) {
-	s, err := mvcc.Open(testdb.Open(b), mvcc.Config{})
+	for _, clients := range []int{16, 256} {
+		for _, gather := range []time.Duration{-1, 0} {
+			name := fmt.Sprintf("clients=%d/gather=%v", clients, map[bool]string{true: "off", false: "on"}[gather < 0])
+			b.Run(name, func(b *testing.B) { benchmarkPutConcurrent(b, clients, gather) })
+		}
+	}
+}
+
+func benchmarkPutConcurrent(b *testing.B, clients int, gather time.Duration) {
+	var batches atomic.Int64
+	cfg := mvcc.Config{Sequencer: revision.Config{Gather: gather, Observe: func(int, int, time.Duration) { batches.Add(1) }}}
+	s, err := mvcc.Open(testdb.Open(b), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -189,7 +202,8 @@ func BenchmarkPutConcurrent(b *testing.B) {
 	val := make([]byte, 256)
 	ctx := context.Background()
 	var n atomic.Int64
-	b.SetParallelism(256 / runtime.GOMAXPROCS(0))
+	b.SetParallelism((clients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ResetTimer()
 	b.RunParallel(func(p *testing.PB) {
 		for p.Next() {
 			if _, err := s.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "/k/%09d", n.Add(1)), Value: val}); err != nil {
@@ -198,6 +212,7 @@ func BenchmarkPutConcurrent(b *testing.B) {
 			}
 		}
 	})
+	b.ReportMetric(float64(b.N)/float64(max(batches.Load(), 1)), "puts/batch")
 }
 
 // BenchmarkRangeConcurrent is 256 clients' 1-key Ranges, linearizable and

@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/clock"
 	"github.com/fdb-etcd/fdb-etcd/internal/groupcommit"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/storage"
@@ -115,6 +116,12 @@ type Config struct {
 	Now func() time.Time
 	// Observe, when set, is told each committed batch's size and duration.
 	Observe func(requests int, bytes int, took time.Duration)
+	// Gather is the longest a batch waits for the requests of the previous
+	// batch to come back (groupcommit's Limits.Gather: never more than
+	// half a commit, and only right after one); 0 means 1 ms, negative
+	// never waits. GatherClock is its clock; nil means the real one.
+	Gather      time.Duration
+	GatherClock clock.Clock
 	// Yield, when set, is asked before a batch is retried (its previous
 	// attempt failed, usually a conflict on the head revision); true gives
 	// the batch up: its requests are answered ErrYielded, none of them
@@ -143,6 +150,9 @@ func (c *Config) defaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Gather == 0 {
+		c.Gather = time.Millisecond
 	}
 }
 
@@ -275,7 +285,7 @@ type result[Resp any] struct {
 func New[Resp any](db storage.DB, app Applier, cfg Config) *Sequencer[Resp] {
 	cfg.defaults()
 	s := &Sequencer[Resp]{db: db, app: app, cfg: cfg, writer: rand.Uint64(), settled: make(chan struct{})}
-	s.q = groupcommit.New[Request[Resp], Resp](groupcommit.Limits{MaxBatch: cfg.MaxBatch, MaxBytes: cfg.BatchBytes}, ErrStopped)
+	s.q = groupcommit.New[Request[Resp], Resp](groupcommit.Limits{MaxBatch: cfg.MaxBatch, MaxBytes: cfg.BatchBytes, Gather: cfg.Gather, Clock: cfg.GatherClock}, ErrStopped)
 	s.stop, s.stopWait = context.WithCancel(context.Background())
 	return s
 }

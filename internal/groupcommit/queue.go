@@ -19,16 +19,24 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/clock"
 	"github.com/fdb-etcd/fdb-etcd/internal/fairsched"
 )
 
 // Limits bound one batch: at most MaxBatch requests, and no request is
 // added once the batch holds MaxBytes (a first request larger than that
 // still makes a batch of its own). Zero means no bound.
+//
+// Gather, when positive, lets a batch wait for the requests that are on
+// their way back (gather.go): at most Gather, and at most half as long as
+// the previous batch took to commit, on Clock (nil: the real clock).
 type Limits struct {
 	MaxBatch int
 	MaxBytes int
+	Gather   time.Duration
+	Clock    clock.Clock
 }
 
 // Waiter is one queued request. The batch's committer answers it exactly
@@ -62,10 +70,14 @@ type Queue[Req, Resp any] struct {
 	leading bool                 // a caller is committing a batch; guarded by mu
 	stopped bool                 // guarded by mu
 	idle    *sync.Cond           // signalled when the lead is given up
+	gather  gathering            // guarded by mu
 }
 
 // New returns a queue; requests submitted after Stop fail with errStopped.
 func New[Req, Resp any](limits Limits, errStopped error) *Queue[Req, Resp] {
+	if limits.Clock == nil {
+		limits.Clock = clock.Real{}
+	}
 	q := &Queue[Req, Resp]{limits: limits, errStopped: errStopped}
 	q.idle = sync.NewCond(&q.mu)
 	return q
@@ -93,6 +105,7 @@ func (q *Queue[Req, Resp]) Do(ctx context.Context, req Req, size int, commit fun
 		return zero, q.errStopped
 	}
 	q.waiting = append(q.waiting, w)
+	q.gather.arrived(len(q.waiting))
 	lead := !q.leading
 	q.leading = true
 	q.mu.Unlock()
@@ -138,13 +151,20 @@ func (q *Queue[Req, Resp]) withdraw(w *Waiter[Req, Resp]) bool {
 // on.
 func (q *Queue[Req, Resp]) lead(commit func([]*Waiter[Req, Resp])) {
 	q.mu.Lock()
+	q.awaitGathered()
 	batch := q.take()
 	q.mu.Unlock()
+	var began, ended time.Time
 	if len(batch) > 0 {
+		began = q.limits.Clock.Now()
 		commit(batch)
+		ended = q.limits.Clock.Now()
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if len(batch) > 0 {
+		q.gather.committed(len(batch), began, ended, q.limits.Gather)
+	}
 	q.passLead()
 }
 
@@ -220,6 +240,7 @@ func (q *Queue[Req, Resp]) Stop() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.stopped = true
+	q.gather.wakeLeader()
 	for q.leading {
 		q.idle.Wait()
 	}
