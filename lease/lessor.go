@@ -96,6 +96,12 @@ type Config struct {
 	// WriteBatch bounds the grants and renewals in one group commit, and
 	// the keep-alives that share one read of their records.
 	WriteBatch int
+	// Gather is the longest a group commit or a shared read waits for the
+	// callers of the previous one to come back (groupcommit's
+	// Limits.Gather, on the real clock: it is about when clients' next
+	// requests arrive, not about lease time); 0 means 1 ms, negative never
+	// waits.
+	Gather time.Duration
 	// ExpireBatch bounds the leases one expiry pass handles before it
 	// re-reads the index; ExpireConcurrency the revokes in flight.
 	ExpireBatch       int
@@ -132,6 +138,9 @@ func (c *Config) defaults() {
 	}
 	if c.WriteBatch <= 0 {
 		c.WriteBatch = 1024
+	}
+	if c.Gather == 0 {
+		c.Gather = time.Millisecond
 	}
 	if c.ExpireBatch <= 0 {
 		c.ExpireBatch = 1000
@@ -186,8 +195,8 @@ func New(store Revoker, own *owner.Elector, cfg Config) *Lessor {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lessor{
 		cfg: cfg, lg: cfg.Logger, clock: cfg.Clock, store: store, db: store.DB(), owner: own,
-		writes: groupcommit.New[*writeReq, writeRes](groupcommit.Limits{MaxBatch: cfg.WriteBatch}, ErrStopped),
-		reads:  newReadQueue(cfg.WriteBatch),
+		writes: groupcommit.New[*writeReq, writeRes](groupcommit.Limits{MaxBatch: cfg.WriteBatch, Gather: cfg.Gather}, ErrStopped),
+		reads:  newReadQueue(cfg.WriteBatch, cfg.Gather),
 		stop:   make(chan struct{}),
 		ctx:    ctx, cancel: cancel,
 	}

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"time"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/groupcommit"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
@@ -31,9 +32,9 @@ type recordRead struct {
 type readWaiter = groupcommit.Waiter[int64, recordRead]
 
 // newReadQueue is the queue of keep-alive reads, at most max to a
-// transaction.
-func newReadQueue(max int) *groupcommit.Queue[int64, recordRead] {
-	return groupcommit.New[int64, recordRead](groupcommit.Limits{MaxBatch: max}, ErrStopped)
+// transaction, gathering for up to gather.
+func newReadQueue(max int, gather time.Duration) *groupcommit.Queue[int64, recordRead] {
+	return groupcommit.New[int64, recordRead](groupcommit.Limits{MaxBatch: max, Gather: gather}, ErrStopped)
 }
 
 // readRecordShared reads lease id's record and the current revision in the
