@@ -49,6 +49,7 @@ test: lint
 	cd test/snapshot && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory robustness-short
 	$(MAKE) --no-print-directory test-deploy
+	cd bench && $(GO) test -count=1 ./...
 	@if [ -n "$(FDB_MISSING)" ]; then echo "skipping FoundationDB tests: $(FDB_MISSING) (make test-fdb runs them)"; else $(MAKE) --no-print-directory test-fdb; fi
 
 # FoundationDB (build tag fdb) needs cgo, the 7.3 client library and headers,

@@ -252,6 +252,7 @@ func run() error {
 		mode = "quick"
 	}
 	rep := report.New("fdb-etcd benchmark", o.servers, o.base)
+	rep.Cores = runtime.NumCPU()
 	rep.Header = header(layout, o, mode)
 	rep.Comparisons = []report.Comparison{fdbComparison()}
 	runStart := time.Now()

@@ -21,6 +21,9 @@ type Report struct {
 	Results map[string]map[string]workload.Result
 	// Comparisons are further tables, printed after the main one.
 	Comparisons []Comparison
+	// Cores is the host's processor count, against which the CPU table
+	// shows how busy the host was; 0 leaves that out.
+	Cores int
 }
 
 // Comparison is a table of each subject's values next to those of a few
@@ -210,7 +213,55 @@ func (r *Report) Markdown(w io.Writer) {
 	for _, c := range r.Comparisons {
 		r.comparison(w, c)
 	}
+	r.cpu(w)
 	r.details(w)
+}
+
+// cpu writes where the closed-loop rows spent their CPU: per operation, in
+// the server, in the fdbservers and in the load generator, and how much of
+// the host's processors the three used together.
+func (r *Report) cpu(w io.Writer) {
+	var rows []string
+	for _, row := range r.Rows {
+		for _, res := range r.Results[row] {
+			if res.CPU != nil && res.Ops > 0 {
+				rows = append(rows, row)
+				break
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n## CPU per operation\n\n")
+	fmt.Fprintf(w, "Microseconds of CPU per successful operation during each closed-loop row: the server's processes (every replica) / every fdbserver on the host / the load generator (the harness, or the plain FoundationDB client, which generates its own load)")
+	if r.Cores > 0 {
+		fmt.Fprintf(w, ", then the share of the host's %d processors the three used together", r.Cores)
+	}
+	fmt.Fprintf(w, ". Times are read from /proc in 10 ms ticks.\n\n")
+	cols := append([]string{"workload"}, r.Servers...)
+	fmt.Fprintf(w, "| %s |\n|%s|\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
+	for _, row := range rows {
+		cells := []string{esc(row)}
+		for _, s := range r.Servers {
+			cells = append(cells, r.cpuCell(r.Results[row][s]))
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+	}
+}
+
+func (r *Report) cpuCell(res workload.Result) string {
+	if res.CPU == nil || res.Ops == 0 {
+		return "–"
+	}
+	per := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d.Microseconds())/float64(res.Ops)) }
+	c := res.CPU
+	cell := per(c.Server) + " / " + per(c.Store) + " / " + per(c.Client)
+	if r.Cores > 0 && res.Elapsed > 0 {
+		busy := float64(c.Server+c.Store+c.Client) / float64(res.Elapsed) / float64(r.Cores)
+		cell += fmt.Sprintf(", %.0f%%", 100*busy)
+	}
+	return cell
 }
 
 // details writes every result's counts, latencies and notes.

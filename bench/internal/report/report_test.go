@@ -103,3 +103,24 @@ func TestComparison(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUTable: closed-loop rows show their CPU per operation by process,
+// and how busy the host was; rows without CPU are left out.
+func TestCPUTable(t *testing.T) {
+	r := New("t", []string{"etcd", "fdb-etcd-fdb"}, "")
+	r.Cores = 2
+	r.Add(workload.Result{Server: "etcd", Row: "put", Kind: workload.Throughput, Value: 1000, Ops: 1000, Elapsed: time.Second,
+		CPU: &workload.CPU{Server: 500 * time.Millisecond, Client: 300 * time.Millisecond}})
+	r.Add(workload.Result{Server: "fdb-etcd-fdb", Row: "put", Kind: workload.Throughput, Value: 100, Ops: 100, Elapsed: time.Second,
+		CPU: &workload.CPU{Server: 100 * time.Millisecond, Store: 200 * time.Millisecond, Client: 50 * time.Millisecond}})
+	r.Add(workload.Result{Server: "etcd", Row: "list", Kind: workload.Time, Value: 0.2})
+	var b bytes.Buffer
+	r.Markdown(&b)
+	out := b.String()
+	if want := "| put | 500 / 0 / 300, 40% | 1000 / 2000 / 500, 18% |"; !strings.Contains(out, want) {
+		t.Errorf("markdown lacks %q:\n%s", want, out)
+	}
+	if strings.Contains(out, "| list | –") {
+		t.Errorf("a row without CPU is in the CPU table:\n%s", out)
+	}
+}

@@ -65,6 +65,9 @@ type Result struct {
 	// NoEquivalent, when set, says why a reference measurement (fdb-raw)
 	// has nothing to compare with this row; the table shows a dash.
 	NoEquivalent string `json:"no_equivalent,omitempty"`
+	// CPU is what the processes used during the measured phase of a
+	// closed-loop row (Loop), nil for other rows.
+	CPU *CPU `json:"cpu,omitempty"`
 }
 
 // Workload is one row of the report.
@@ -311,6 +314,7 @@ type LoadResult struct {
 	FirstErr error
 	Elapsed  time.Duration
 	Hist     *hist.Histogram
+	CPU      *CPU
 }
 
 // Throughput is successful operations per second.
@@ -363,7 +367,7 @@ func RunLoad(ctx context.Context, env *Env, s LoadSpec) (LoadResult, error) {
 			defer cleanup()
 		}
 	}
-	r := Loop{Bound: bound, MaxOps: s.MaxOps, OpTimeout: env.P.OpTimeout}.Run(runCtx, ops)
+	r := Loop{Bound: bound, MaxOps: s.MaxOps, OpTimeout: env.P.OpTimeout, ServerPIDs: env.PIDs}.Run(runCtx, ops)
 	return r, r.Err(ctx)
 }
 
@@ -376,6 +380,9 @@ type Loop struct {
 	Bound     time.Duration
 	MaxOps    int64
 	OpTimeout time.Duration
+	// ServerPIDs are the processes of the server under test, whose CPU the
+	// run reports with the fdbservers' and its own (LoadResult.CPU).
+	ServerPIDs []int
 }
 
 // Run runs ops[w] on worker w's goroutine; i numbers the operations
@@ -388,6 +395,7 @@ func (l Loop) Run(ctx context.Context, ops []func(ctx context.Context, i int64) 
 	var consecutive atomic.Int64
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	cpu0 := sampleCPU(l.ServerPIDs)
 	start := time.Now()
 	deadline := start.Add(l.Bound)
 	var wg sync.WaitGroup
@@ -421,7 +429,9 @@ func (l Loop) Run(ctx context.Context, ops []func(ctx context.Context, i int64) 
 		}()
 	}
 	wg.Wait()
-	return LoadResult{Ops: ok.Load(), Errors: errs.Load(), FirstErr: firstErr.Get(), Elapsed: time.Since(start), Hist: h}
+	elapsed := time.Since(start)
+	cpu := sampleCPU(l.ServerPIDs).since(cpu0)
+	return LoadResult{Ops: ok.Load(), Errors: errs.Load(), FirstErr: firstErr.Get(), Elapsed: elapsed, Hist: h, CPU: cpu}
 }
 
 // Err is the run's failure: its first error if nothing succeeded, else
@@ -453,6 +463,7 @@ func (r LoadResult) Result() Result {
 		Ops:     r.Ops,
 		Errors:  r.Errors,
 		Elapsed: r.Elapsed,
+		CPU:     r.CPU,
 	}
 	if r.Hist != nil {
 		res.P50 = r.Hist.Quantile(0.50)

@@ -31,7 +31,7 @@ func TestConnsSpreadReplicas(t *testing.T) {
 // for it, or why nothing; the write rows, and only they, can be batched.
 func TestRawEquivalents(t *testing.T) {
 	writes := map[string]bool{"put": true, "txn": true, "lease": true}
-	none := map[string]bool{"progress": true, "rss": true, "noisy": true}
+	none := map[string]bool{"progress": true, "rss": true, "noisy": true, "large": true}
 	for _, w := range All(Full()) {
 		rw, ok := w.(RawEquivalent)
 		if !ok {
