@@ -240,7 +240,7 @@ func (r *Report) cpu(w io.Writer) {
 	}
 	fmt.Fprintf(w, ". Times are read from /proc in 10 ms ticks.\n\n")
 	cols := append([]string{"workload"}, r.Servers...)
-	fmt.Fprintf(w, "| %s |\n|%s|\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
 	for _, row := range rows {
 		cells := []string{esc(row)}
 		for _, s := range r.Servers {
