@@ -64,6 +64,7 @@ func (s *Store) applyCompact(tx storage.Tx, env *revision.Env, rev int64, id rev
 	c.Requested, c.By = r.rev, id
 	tx.Set(keyspace.Compaction, encodeCompaction(c))
 	env.Compacted = r.rev
+	s.tail.compactedTo(r.rev)
 	return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: rev}}, false, nil, nil
 }
 

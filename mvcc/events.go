@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"context"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
@@ -26,27 +27,64 @@ type RevisionEvents struct {
 // watch hub, told by the owner) would otherwise throw away the read it
 // interrupts, and it learns of one at nearly every commit.
 func (s *Store) WaitRev(ctx context.Context, after int64, wake <-chan struct{}) (int64, error) {
+	// A revision this store committed needs no read (tail.go); while it
+	// commits, the next one usually comes before a storage watch would be
+	// set up.
+	if rev, ok := s.tail.awaitCommitPast(ctx, after, s.cfg.Now(), ownWritesActive, s.cfg.OwnCommitGrace, wake); ok {
+		return rev, nil
+	}
+	// When the head is this store's own last commit, the storage's wait
+	// compares it with what the commit wrote, without a read first.
+	raw, known := s.tail.headAt(after)
+	rev := after
 	f := storage.Latest
 	for {
-		raw, rev, err := s.readHead(storage.WithFreshness(ctx, f))
-		if err != nil || rev > after {
-			return rev, err
+		if !known {
+			var err error
+			raw, rev, err = s.readHead(storage.WithFreshness(ctx, f))
+			if err != nil || rev > after {
+				return rev, err
+			}
+			if f == storage.Recent {
+				// The recent snapshot predates the change that woke us (a
+				// commit through another handle): read the latest before
+				// waiting again.
+				f = storage.Latest
+				continue
+			}
 		}
-		if f == storage.Recent {
-			// The recent snapshot predates the change that woke us (a
-			// commit through another handle): read the latest before
-			// waiting again.
-			f = storage.Latest
-			continue
-		}
+		known = false
 		if woken, err := s.waitChange(ctx, raw, wake); woken || err != nil {
 			return rev, err
+		}
+		if rev, ok := s.ownCommitPast(ctx, after); ok {
+			return rev, nil
 		}
 		// When a commit of this DB woke us, a recent snapshot has it
 		// (storage.Recent never reads below one) and may spare
 		// FoundationDB's read version round trip.
 		f = storage.Recent
 	}
+}
+
+// ownWritesActive is how recently a store must have committed for WaitRev
+// to wait for its next commit before it sets up a storage watch.
+const ownWritesActive = time.Second
+
+// ownCommitPast reports the newest revision this store committed if it is
+// past after. The storage wakes a store's waiters inside the commit, before
+// the sequencer hears of it: a batch of this store still undecided is
+// waited for, so that a wake by its commit finds it decided — and its
+// revisions in the log's tail — instead of reading the head.
+func (s *Store) ownCommitPast(ctx context.Context, after int64) (int64, bool) {
+	if decided := s.tail.running(); decided != nil {
+		select {
+		case <-decided:
+		case <-ctx.Done():
+		}
+	}
+	rev := s.tail.committedRev()
+	return rev, rev > after
 }
 
 // waitChange waits for the head to change from raw, or for wake to close

@@ -1,9 +1,11 @@
 package mvcc
 
 import (
+	"context"
 	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // The checks below run only when invariants is set (race-enabled builds).
@@ -58,6 +60,28 @@ func checkRangeHeader(resp *pb.RangeResponse) {
 	for _, kv := range resp.Kvs {
 		if kv.ModRevision > resp.Header.Revision {
 			panic(fmt.Sprintf("mvcc: key %q at revision %d returned with header revision %d", kv.Key, kv.ModRevision, resp.Header.Revision))
+		}
+	}
+}
+
+// checkTailRead: what the log's tail in memory answered for r (b) is what
+// storage holds for the same revisions, event for event. A read of storage
+// that fails (a compaction since, the caller gone) checks nothing.
+func (s *Store) checkTailRead(ctx context.Context, r WatchRead, b EventBatch) {
+	r.UpTo = b.To
+	got, err := s.readWatchEvents(ctx, r)
+	if err != nil {
+		return
+	}
+	for i := range min(len(got.Revs), len(b.Revs)) {
+		mem, st := b.Revs[i], got.Revs[i]
+		if mem.Rev != st.Rev || len(mem.Events) != len(st.Events) {
+			panic(fmt.Sprintf("mvcc: the log's tail has revision %d with %d events, storage %d with %d", mem.Rev, len(mem.Events), st.Rev, len(st.Events)))
+		}
+		for j := range mem.Events {
+			if !proto.Equal(mem.Events[j], st.Events[j]) {
+				panic(fmt.Sprintf("mvcc: the log's tail has, at revision %d, event %v; storage %v (read %+v)", mem.Rev, mem.Events[j], st.Events[j], r))
+			}
 		}
 	}
 }

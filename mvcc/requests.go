@@ -29,6 +29,7 @@ type applier struct{ s *Store }
 
 var (
 	_ revision.Stager[writeResponse]  = applier{}
+	_ revision.Decider                = applier{}
 	_ revision.Request[writeResponse] = putRequest{}
 	_ revision.Request[writeResponse] = txnRequest{}
 	_ revision.Request[writeResponse] = deleteRequest{}
@@ -40,13 +41,19 @@ var (
 
 // Begin: a batch evaluates against the compaction revision its attempt
 // read first.
-func (applier) Begin(tx storage.ReadTx) (revision.Env, error) {
+func (a applier) Begin(tx storage.ReadTx) (revision.Env, error) {
+	a.s.tail.beginRun()
 	v, err := tx.Get(keyspace.Compaction)
 	if err != nil {
 		return revision.Env{}, err
 	}
 	c, err := decodeCompaction(v)
 	return revision.Env{Compacted: c.Requested}, err
+}
+
+// Decided: what a committed run wrote joins the log's tail in memory.
+func (a applier) Decided(committed bool, head []byte) {
+	a.s.tail.decide(committed, head, a.s.cfg.Now())
 }
 
 // Stage writes a reserved DeleteRange or revoke (stage.go).
@@ -63,12 +70,13 @@ func (a applier) Publish(tx storage.Tx, r revision.Reservation, wrote bool) erro
 type kvEval func(e *evaluator) (writeResponse, error)
 
 // applyKV evaluates a KV request at rev and writes its changes at rev+1.
-func applyKV(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID, eval kvEval) (writeResponse, bool, error, error) {
+func (s *Store) applyKV(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID, eval kvEval) (writeResponse, bool, error, error) {
 	ev, resp, reqErr, err := evaluate(tx, env.Compacted, rev, leaseExistsIn(tx), eval)
 	if err != nil || reqErr != nil || len(ev.changes) == 0 {
 		return resp, false, reqErr, err
 	}
 	writeChanges(tx, rev+1, id, ev.changes)
+	s.tail.wrote(rev+1, ev.changes)
 	return resp, true, nil, nil
 }
 
@@ -98,7 +106,10 @@ func replayKV(tx storage.ReadTx, env *revision.Env, rev int64, id revision.Reque
 }
 
 // putRequest is a Put on its way through the sequencer.
-type putRequest struct{ r *pb.PutRequest }
+type putRequest struct {
+	s *Store
+	r *pb.PutRequest
+}
 
 func (p putRequest) eval(e *evaluator) (writeResponse, error) {
 	if err := e.checkLease(p.r.Lease); err != nil {
@@ -108,7 +119,7 @@ func (p putRequest) eval(e *evaluator) (writeResponse, error) {
 }
 
 func (p putRequest) Apply(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID) (writeResponse, bool, error, error) {
-	return applyKV(tx, env, rev, id, p.eval)
+	return p.s.applyKV(tx, env, rev, id, p.eval)
 }
 
 func (p putRequest) Replay(tx storage.ReadTx, env *revision.Env, rev int64, id revision.RequestID) (writeResponse, bool, error, error) {
@@ -116,12 +127,15 @@ func (p putRequest) Replay(tx storage.ReadTx, env *revision.Env, rev int64, id r
 }
 
 // txnRequest is a Txn that writes, on its way through the sequencer.
-type txnRequest struct{ r *pb.TxnRequest }
+type txnRequest struct {
+	s *Store
+	r *pb.TxnRequest
+}
 
 func (t txnRequest) eval(e *evaluator) (writeResponse, error) { return e.txn(t.r) }
 
 func (t txnRequest) Apply(tx storage.Tx, env *revision.Env, rev int64, id revision.RequestID) (writeResponse, bool, error, error) {
-	return applyKV(tx, env, rev, id, t.eval)
+	return t.s.applyKV(tx, env, rev, id, t.eval)
 }
 
 func (t txnRequest) Replay(tx storage.ReadTx, env *revision.Env, rev int64, id revision.RequestID) (writeResponse, bool, error, error) {
@@ -147,7 +161,7 @@ func (d deleteRequest) Apply(tx storage.Tx, env *revision.Env, rev int64, id rev
 			return nil, false, revision.ErrStage, nil
 		}
 	}
-	return applyKV(tx, env, rev, id, d.eval)
+	return d.s.applyKV(tx, env, rev, id, d.eval)
 }
 
 func (d deleteRequest) Replay(tx storage.ReadTx, env *revision.Env, rev int64, id revision.RequestID) (writeResponse, bool, error, error) {

@@ -123,6 +123,7 @@ func (s *Store) applyRevoke(tx storage.Tx, rev int64, id revision.RequestID, r *
 		changes[i] = change{key: e.key, prev: e, meta: meta{ModRev: rev + 1, Tombstone: true}}
 	}
 	writeChanges(tx, rev+1, id, changes)
+	s.tail.wrote(rev+1, changes)
 	return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev + 1}}, true, nil, nil
 }
 

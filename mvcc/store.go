@@ -51,6 +51,14 @@ type Config struct {
 	// ObserveCompaction, when set, is told how long each physical compaction
 	// took and how many keys it cleaned.
 	ObserveCompaction func(took time.Duration, keys int)
+	// LogTailBytes bounds the revisions this store committed that it keeps
+	// in memory for watch reads (tail.go); 0 means 4 MiB, negative none.
+	LogTailBytes int
+	// OwnCommitGrace is how long WaitRev, on a store that committed in the
+	// last second, waits for its next commit before it sets up a storage
+	// watch (a transaction on FoundationDB); another process's commit is
+	// seen that much later. 0 means 5 ms, negative never waits.
+	OwnCommitGrace time.Duration
 }
 
 // Store is etcd's key-value model over a storage.DB.
@@ -72,6 +80,7 @@ type Store struct {
 	compactWaiters []compactWaiter
 
 	counts *countCache // range counts, so counting need not scan (countcache.go)
+	tail   *logTail    // the revisions this store committed last (tail.go)
 
 	watchSizes watchSizes // sizes watch-log reads meet (watchread.go)
 }
@@ -102,12 +111,19 @@ func Open(db storage.DB, cfg Config) (*Store, error) {
 	if cfg.StageChunkBytes <= 0 {
 		cfg.StageChunkBytes = 256 << 10
 	}
+	if cfg.LogTailBytes == 0 {
+		cfg.LogTailBytes = 4 << 20
+	}
+	if cfg.OwnCommitGrace == 0 {
+		cfg.OwnCommitGrace = 5 * time.Millisecond
+	}
 	cfg.Sequencer = cfg.Sequencer.WithDefaults()
 	s := &Store{
 		db: db, cfg: cfg, lg: cfg.Logger,
 		compactWake: make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		counts:      newCountCache(),
+		tail:        newLogTail(cfg.LogTailBytes),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := db.View(context.Background(), func(tx storage.ReadTx) error {
@@ -315,7 +331,7 @@ func (s *Store) write(ctx context.Context, req revision.Request[writeResponse], 
 
 // Put stores a key.
 func (s *Store) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
-	resp, err := s.write(ctx, putRequest{r: r}, proto.Size(r))
+	resp, err := s.write(ctx, putRequest{s: s, r: r}, proto.Size(r))
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +352,7 @@ func (s *Store) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, err
 	if TxnReadOnly(r) {
 		return s.readTxn(ctx, r)
 	}
-	resp, err := s.write(ctx, txnRequest{r: r}, proto.Size(r))
+	resp, err := s.write(ctx, txnRequest{s: s, r: r}, proto.Size(r))
 	if err != nil {
 		return nil, err
 	}

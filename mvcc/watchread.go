@@ -69,6 +69,20 @@ func (s *Store) ReadWatchEvents(ctx context.Context, r WatchRead) (EventBatch, e
 	if r.MaxBytes <= 0 {
 		r.MaxBytes = DefaultWatchReadBytes
 	}
+	if b, ok := s.tail.read(r); ok {
+		if invariants {
+			checkWatchBatch(b)
+			s.checkTailRead(ctx, r, b)
+		}
+		return b, nil
+	}
+	b, err := s.readWatchEvents(ctx, r)
+	s.tail.sawCompacted(b.Compacted)
+	return b, err
+}
+
+// readWatchEvents is ReadWatchEvents from storage.
+func (s *Store) readWatchEvents(ctx context.Context, r WatchRead) (EventBatch, error) {
 	c := watchCall{s: s, req: r, pos: logPos{rev: r.From}, to: -1}
 	c.b = EventBatch{From: r.From, To: r.From - 1, PrevKV: r.PrevKV}
 	for {

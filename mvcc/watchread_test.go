@@ -148,7 +148,7 @@ func TestWatchReadSplitsRevisionLargerThanBudget(t *testing.T) {
 // event exactly once.
 func TestWatchReadStopsAtRevisionBoundaries(t *testing.T) {
 	m := &viewMeter{DB: openPebble(t)}
-	s := openStore(t, m, mvcc.Config{})
+	s := openStore(t, m, mvcc.Config{LogTailBytes: -1}) // storage reads: no tail in memory
 	ctx := context.Background()
 	const n, size, budget = 30, 60_000, 256 << 10
 	var first, last int64
@@ -194,7 +194,7 @@ func TestWatchReadStopsAtRevisionBoundaries(t *testing.T) {
 // fails the read with ErrCompacted, as if it had come first.
 func TestWatchReadCompactedBetweenTransactions(t *testing.T) {
 	m := &viewMeter{DB: openPebble(t)}
-	s := openStore(t, m, mvcc.Config{})
+	s := openStore(t, m, mvcc.Config{LogTailBytes: -1}) // storage reads: no tail in memory
 	ctx := context.Background()
 	rev := bigRevision(t, s, 12, 150_000)
 	p, err := s.Put(ctx, &pb.PutRequest{Key: []byte("after"), Value: []byte("x")})
@@ -220,7 +220,7 @@ func TestWatchReadCompactedBetweenTransactions(t *testing.T) {
 // NoSplit gives up on a revision larger than the budget.
 func TestWatchReadOptions(t *testing.T) {
 	m := &viewMeter{DB: openPebble(t)}
-	s := openStore(t, m, mvcc.Config{})
+	s := openStore(t, m, mvcc.Config{LogTailBytes: -1}) // storage reads: no tail in memory
 	ctx := context.Background()
 	rev := bigRevision(t, s, 10, 150_000)
 	m.reset()

@@ -77,6 +77,13 @@ func (s *Sequencer[Resp]) commitPrefix(batch []*pending[Resp]) (answered int, st
 		if a.uncertain && givesBack(err, len(batch)) {
 			err = s.fence(ctx, a, err)
 		}
+		if d, ok := s.app.(Decider); ok {
+			if err == nil {
+				d.Decided(true, a.headValue)
+			} else {
+				d.Decided(false, nil)
+			}
+		}
 		s.batchDecided()
 		var shrink errShrink
 		var pend *errPending
@@ -189,7 +196,9 @@ type attempt[Resp any] struct {
 	written int
 	base    int64 // the head the batch applied on
 	newHead int64 // the head it wrote, 0 if it wrote none
-	marked  bool  // its marker is stored: the batch wrote, or an earlier attempt did
+	// headValue is the head key's value it wrote, nil if none.
+	headValue []byte
+	marked    bool // its marker is stored: the batch wrote, or an earlier attempt did
 	// committing: the last run returned to commit its writes. A run after
 	// one that did makes the attempt uncertain: that commit failed, and it
 	// may have been reported unknown and land later (fence).
@@ -205,7 +214,7 @@ func (a *attempt[Resp]) run(tx storage.Tx) error {
 	defer func() { a.lastTook = s.cfg.Now().Sub(began) }()
 	a.runs++
 	a.uncertain = a.uncertain || a.committing
-	a.written, a.newHead, a.marked, a.committing = 0, 0, false, false
+	a.written, a.newHead, a.headValue, a.marked, a.committing = 0, 0, nil, false, false
 	// The batch marker can only exist once an attempt of this batch has
 	// run (the writer is new to each process and seq to each batch), so the
 	// first attempt does not read it; a retry reads it with the head, in the
@@ -310,7 +319,8 @@ func (a *attempt[Resp]) apply(tx storage.Tx, base int64, env Env) error {
 		return nil // nothing written; nothing to make idempotent
 	}
 	if rev != base {
-		tx.Set(keyspace.Head, encodeHead(Head{Rev: rev, Writer: s.writer, Seq: a.seq}))
+		a.headValue = encodeHead(Head{Rev: rev, Writer: s.writer, Seq: a.seq})
+		tx.Set(keyspace.Head, a.headValue)
 		a.base, a.newHead = base, rev
 	}
 	tx.Set(keyspace.Batch(s.writer, a.seq), encodeMarker(base, start, a.floor(base)))

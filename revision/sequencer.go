@@ -88,6 +88,18 @@ type Prefetcher interface {
 	Prefetch(keys [][]byte) [][]byte
 }
 
+// Decider is an optional capability of an Applier: told when each attempt
+// of a batch has ended, whether the last run of it — the one that called
+// Begin last — committed, and then the value it wrote to the head key (nil
+// if it took no revision). A batch found committed by a replay
+// (commit_unknown_result, errLanded) is reported as not committed by
+// that run: what landed is what an earlier run wrote, which a later run
+// may have evaluated differently. The store keeps the tail of the
+// revision log in memory with it (mvcc's logTail).
+type Decider interface {
+	Decided(committed bool, head []byte)
+}
+
 // ReadFloorer is an optional capability of a Request: the oldest revision
 // it reads at other than the revision it applies on (a Txn's Range at an
 // explicit revision), or 0. A batch's marker records the lowest, so that

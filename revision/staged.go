@@ -188,6 +188,9 @@ func (s *Sequencer[Resp]) reserve(st Stager[Resp], id RequestID, req Stageable) 
 			return err
 		})
 		cancel()
+		if d, ok := s.app.(Decider); ok {
+			d.Decided(false, nil) // a reservation takes no revision yet
+		}
 		var pend *errPending
 		if errors.As(err, &pend) {
 			if err := s.awaitPending(context.Background(), pend.rec); err != nil {
