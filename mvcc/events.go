@@ -67,6 +67,28 @@ func (s *Store) WaitRev(ctx context.Context, after int64, wake <-chan struct{}) 
 	}
 }
 
+// ReadTail answers r from the revisions the store holds in memory (the
+// log's tail), never from storage: ok is false when it does not hold
+// r.From. The write owner's commit feed sends its followers what it holds.
+func (s *Store) ReadTail(r WatchRead) (b EventBatch, ok bool) {
+	if r.MaxBytes <= 0 {
+		r.MaxBytes = DefaultWatchReadBytes
+	}
+	return s.tail.read(r)
+}
+
+// Compacted is the newest compaction revision the store has seen, without
+// a read.
+func (s *Store) Compacted() int64 { return s.tail.knownCompacted() }
+
+// Hold takes into the log's tail revisions another process committed and
+// read from its own tail with every previous value (ReadTail with PrevKV),
+// and the compaction revision it knew of: the write owner's, sent to the
+// replicas that follow its commit feed. The store's watch reads then
+// answer them from memory. Revisions are taken in ascending order only,
+// past the newest held.
+func (s *Store) Hold(revs []RevisionEvents, compacted int64) { s.tail.hold(revs, compacted) }
+
 // ownWritesActive is how recently a store must have committed for WaitRev
 // to wait for its next commit before it sets up a storage watch.
 const ownWritesActive = time.Second

@@ -33,9 +33,13 @@ func (v *slowView) View(ctx context.Context, fn func(storage.ReadTx) error) erro
 // read itself: a replica's watch hub is woken at nearly every commit, and
 // a wake that cancelled the read in flight threw that read away.
 func TestWaitRevWakeEndsOnlyTheWait(t *testing.T) {
-	db := &slowView{viewHook: viewHook{DB: openPebble(t), hook: func() {}}}
+	shared := openPebble(t)
+	db := &slowView{viewHook: viewHook{DB: shared, hook: func() {}}}
 	s := openStore(t, db, mvcc.Config{})
-	put, err := s.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+	// Another store writes: s knows the head only by reading it (its own
+	// last commit it would know from its log's tail).
+	writer := openStore(t, shared, mvcc.Config{})
+	put, err := writer.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -374,3 +374,39 @@ func (tr *tailRev) revisionEvents(r WatchRead) RevisionEvents {
 	}
 	return re
 }
+
+// hold takes revisions another process committed (the write owner's, from
+// its own tail: server/commitfeed), with every previous value, and the
+// compaction revision that process knew of. Revisions at or below the
+// newest held are left out: the tail holds ascending revisions only.
+func (t *logTail) hold(revs []RevisionEvents, compacted int64) {
+	if !t.enabled() {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.learnCompacted(compacted)
+	for _, re := range revs {
+		if n := len(t.revs); (n > 0 && t.revs[n-1].rev >= re.Rev) || re.Rev <= t.compacted || len(re.Events) == 0 {
+			continue
+		}
+		tr := tailRev{rev: re.Rev, events: make([]tailEvent, len(re.Events))}
+		for i, ev := range re.Events {
+			tr.events[i] = tailEvent{typ: ev.Type, kv: ev.Kv, prevKV: ev.PrevKv}
+			tr.size += tailEventOverhead + 2*len(ev.Kv.GetKey()) + len(ev.Kv.GetValue()) + len(ev.PrevKv.GetValue())
+			tr.keysSize += tailEventOverhead + len(ev.Kv.GetKey())
+		}
+		t.revs = append(t.revs, tr)
+		t.size += tr.size
+		for t.size > t.maxBytes && len(t.revs) > 0 {
+			t.dropOldest()
+		}
+	}
+}
+
+// knownCompacted is the newest compaction revision the tail knows of.
+func (t *logTail) knownCompacted() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.compacted
+}

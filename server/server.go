@@ -254,7 +254,7 @@ func New(cfg Config, db storage.DB) (_ *Server, err error) {
 	s.committed = &progress.Served{}
 	s.startOwnership()
 	s.grpc = grpc.NewServer(s.grpcOptions()...)
-	s.OnShutdown(commitfeed.Register(s.grpc, commitfeed.Fixed(s.hdr.Served), commitfeed.FeedConfig{}).Stop)
+	s.OnShutdown(commitfeed.Register(s.grpc, commitfeed.Fixed(s.Followed()), commitfeed.FeedConfig{}).Stop)
 	kvStore, lessor := s.writeRoutes()
 	s.startAutoCompaction(kvStore)
 	if err := s.registerAPI(context.Background(), kvStore, lessor); err != nil {
@@ -378,7 +378,7 @@ func (s *Server) followCommits(peers *forward.Peers) {
 	}
 	f := commitfeed.Follow(commitfeed.FollowConfig{
 		Owner: s.owner, Conn: peers.Conn, Metadata: forward.TenantMetadata(s.cfg.ForwardTenant),
-		Into: s.committed, Logger: s.lg,
+		Into: s.committed, Sink: s.store, Logger: s.lg,
 	})
 	s.OnShutdown(f.Stop)
 	s.Metrics().SetCommitFeed(s.committed.Load)
@@ -433,6 +433,12 @@ func (s *Server) startWatch() error {
 
 // Header returns the identity stamped on responses.
 func (s *Server) Header() header.Filler { return s.hdr }
+
+// Followed is what this server's commit feed reports to the replicas that
+// follow it: the revisions it answered with, and its store's log tail.
+func (s *Server) Followed() commitfeed.Followed {
+	return commitfeed.Followed{Served: s.hdr.Served, Tail: s.store}
+}
 
 func urlStrings(us []url.URL) []string {
 	out := make([]string, len(us))

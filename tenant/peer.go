@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
-	"github.com/fdb-etcd/fdb-etcd/progress"
 	"github.com/fdb-etcd/fdb-etcd/server/commitfeed"
 	"github.com/fdb-etcd/fdb-etcd/server/forward"
 )
@@ -135,12 +134,12 @@ func (r *Router) forwardedTo(ctx context.Context) (*instance, error) {
 // followedFeed is the commit feed's Source on the peer port: the
 // watermark of the tenant a peer's stream names, whose server it holds
 // running while the stream lasts.
-func (r *Router) followedFeed(ctx context.Context) (*progress.Served, func(), error) {
+func (r *Router) followedFeed(ctx context.Context) (commitfeed.Followed, func(), error) {
 	inst, err := r.forwardedTo(ctx)
 	if err != nil {
-		return nil, nil, err
+		return commitfeed.Followed{}, nil, err
 	}
-	return inst.srv.Header().Served, func() { r.release(inst) }, nil
+	return inst.srv.Followed(), func() { r.release(inst) }, nil
 }
 
 // holdRunning counts one more connection on name's running server of

@@ -149,6 +149,7 @@ type Hub struct {
 	streams  map[*Stream]struct{}                         // open streams
 	waiting  map[*Stream]struct{}                         // streams with unanswered progress requests
 	answered struct{ memory, afterRead, followUps int64 } // progress requests, by how they were answered
+	reads    struct{ memory, storage int64 }              // the tail's reads of new revisions, by where they came from
 	stopping bool
 	groups   []*group   // dispatch scratch
 	touched  []*Watcher // dispatch scratch
@@ -206,6 +207,10 @@ type Stats struct {
 	// read of the head, and second notifications that followed an answer
 	// from memory because the head was newer (Stream.RequestProgress).
 	ProgressFromMemory, ProgressAfterRead, ProgressFollowUps int64
+	// ReadsFromMemory and ReadsFromStorage count the tail's reads of new
+	// revisions: answered by the store's log tail in memory (its own
+	// commits, or the write owner's from its feed), or from storage.
+	ReadsFromMemory, ReadsFromStorage int64
 }
 
 // Stats counts the hub's watchers.
@@ -213,7 +218,8 @@ func (h *Hub) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := Stats{Rev: h.rev, Head: max(h.head, h.rev), Synced: h.idx.size, Streams: len(h.streams),
-		ProgressFromMemory: h.answered.memory, ProgressAfterRead: h.answered.afterRead, ProgressFollowUps: h.answered.followUps}
+		ProgressFromMemory: h.answered.memory, ProgressAfterRead: h.answered.afterRead, ProgressFollowUps: h.answered.followUps,
+		ReadsFromMemory: h.reads.memory, ReadsFromStorage: h.reads.storage}
 	for st := range h.streams {
 		for w := range st.unsynced {
 			if w.lagging {
@@ -435,6 +441,11 @@ func (h *Hub) readBatch(head int64) (int64, bool) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if b.Reads == 0 {
+		h.reads.memory++
+	} else {
+		h.reads.storage++
+	}
 	h.head = max(h.head, b.Head)
 	h.setRev(b.To)
 	for st := range h.waiting {

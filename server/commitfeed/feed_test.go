@@ -84,7 +84,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // nobody while it owns writes itself.
 func TestFollowerFollowsTheOwner(t *testing.T) {
 	wa, wb := &progress.Served{}, &progress.Served{}
-	a, b := feedServer(t, commitfeed.Fixed(wa)), feedServer(t, commitfeed.Fixed(wb))
+	a, b := feedServer(t, commitfeed.Fixed(commitfeed.Followed{Served: wa})), feedServer(t, commitfeed.Fixed(commitfeed.Followed{Served: wb}))
 	own := ownertest.New(owner.View{Epoch: 1, ID: 1, URL: a})
 	into := &progress.Served{}
 	f := commitfeed.Follow(commitfeed.FollowConfig{Owner: own, Conn: (&conns{t: t}).conn, Into: into})
@@ -118,18 +118,18 @@ func TestFollowerNamesItsKeyspaceAndRetries(t *testing.T) {
 	w.Observe(42)
 	var mu sync.Mutex
 	refusals, released := 2, 0
-	url := feedServer(t, func(ctx context.Context) (*progress.Served, func(), error) {
+	url := feedServer(t, func(ctx context.Context) (commitfeed.Followed, func(), error) {
 		mu.Lock()
 		defer mu.Unlock()
 		md, _ := metadata.FromIncomingContext(ctx)
 		if got := md.Get("tenant"); len(got) != 1 || got[0] != "blue" {
-			return nil, nil, errors.New("no tenant named")
+			return commitfeed.Followed{}, nil, errors.New("no tenant named")
 		}
 		if refusals > 0 {
 			refusals--
-			return nil, nil, rpctypes.ErrGRPCPermissionDenied
+			return commitfeed.Followed{}, nil, rpctypes.ErrGRPCPermissionDenied
 		}
-		return w, func() {
+		return commitfeed.Followed{Served: w}, func() {
 			mu.Lock()
 			released++
 			mu.Unlock()
@@ -154,7 +154,7 @@ func TestFollowerNamesItsKeyspaceAndRetries(t *testing.T) {
 func TestFeedStopEndsStreams(t *testing.T) {
 	w := &progress.Served{}
 	w.Observe(7)
-	url, s, feed := serveFeed(t, commitfeed.Fixed(w))
+	url, s, feed := serveFeed(t, commitfeed.Fixed(commitfeed.Followed{Served: w}))
 	into := &progress.Served{}
 	f := commitfeed.Follow(commitfeed.FollowConfig{
 		Owner: ownertest.New(owner.View{Epoch: 1, ID: 1, URL: url}), Conn: (&conns{t: t}).conn, Into: into,

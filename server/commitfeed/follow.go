@@ -7,12 +7,16 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/clock"
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/owner"
 	"github.com/fdb-etcd/fdb-etcd/progress"
 )
@@ -36,12 +40,20 @@ type FollowConfig struct {
 	Metadata metadata.MD
 	// Into is raised to every revision the owner reports.
 	Into *progress.Served
+	// Sink, when set, holds the events the owner sends with them (its
+	// store's tail: *mvcc.Store), before Into is raised.
+	Sink Sink
 	// RetryMin and RetryMax bound the pause after a failed stream, which
 	// doubles from one to the other while failures repeat (100 ms and
 	// 10 s when zero); a change of owner ends it.
 	RetryMin, RetryMax time.Duration
 	Clock              clock.Clock
 	Logger             *zap.Logger
+}
+
+// Sink takes the owner's committed revisions (mvcc's Hold).
+type Sink interface {
+	Hold(revs []mvcc.RevisionEvents, compacted int64)
 }
 
 // Follower keeps a stream open to the current owner while another replica
@@ -142,9 +154,25 @@ func (f *Follower) followOnce(url string, changed <-chan struct{}) (got bool, er
 	if len(f.cfg.Metadata) > 0 {
 		sctx = metadata.NewOutgoingContext(ctx, f.cfg.Metadata)
 	}
+	if f.cfg.Sink != nil {
+		got, err = f.receive(sctx, cc, true)
+		if status.Code(err) != codes.Unimplemented {
+			return got, err
+		}
+		// An owner that sends no events (an older version).
+	}
+	return f.receive(sctx, cc, false)
+}
+
+// receive follows one stream of the owner's feed, with events or not.
+func (f *Follower) receive(ctx context.Context, cc grpc.ClientConnInterface, events bool) (got bool, err error) {
+	desc, method := &serviceDesc.Streams[0], followMethod
+	if events {
+		desc, method = &serviceDesc.Streams[1], followEventsMethod
+	}
 	// WaitForReady: an owner still being connected to is waited for
 	// rather than failed on, until the owner changes.
-	stream, err := cc.NewStream(sctx, &serviceDesc.Streams[0], followMethod, grpc.WaitForReady(true))
+	stream, err := cc.NewStream(ctx, desc, method, grpc.WaitForReady(true))
 	if err != nil {
 		return false, err
 	}
@@ -155,11 +183,42 @@ func (f *Follower) followOnce(url string, changed <-chan struct{}) (got bool, er
 		return false, err
 	}
 	for {
-		var h pb.ResponseHeader
-		if err := stream.RecvMsg(&h); err != nil {
+		rev, err := f.recvOne(stream, events)
+		if err != nil {
 			return got, err
 		}
 		got = true
-		f.cfg.Into.Observe(h.Revision)
+		f.cfg.Into.Observe(rev)
 	}
+}
+
+// recvOne receives one message and returns its revision, having handed
+// its events to the sink.
+func (f *Follower) recvOne(stream grpc.ClientStream, events bool) (int64, error) {
+	if !events {
+		var h pb.ResponseHeader
+		err := stream.RecvMsg(&h)
+		return h.Revision, err
+	}
+	var m pb.WatchResponse
+	if err := stream.RecvMsg(&m); err != nil {
+		return 0, err
+	}
+	if len(m.Events) > 0 {
+		f.cfg.Sink.Hold(byRevision(m.Events), m.CompactRevision)
+	}
+	return m.Header.GetRevision(), nil
+}
+
+// byRevision groups events by the revision that wrote them.
+func byRevision(evs []*mvccpb.Event) []mvcc.RevisionEvents {
+	var revs []mvcc.RevisionEvents
+	for _, ev := range evs {
+		rev := ev.Kv.GetModRevision()
+		if n := len(revs); n == 0 || revs[n-1].Rev != rev {
+			revs = append(revs, mvcc.RevisionEvents{Rev: rev})
+		}
+		revs[len(revs)-1].Events = append(revs[len(revs)-1].Events, ev)
+	}
+	return revs
 }

@@ -1,8 +1,11 @@
 package forward_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 )
@@ -38,4 +41,56 @@ func TestReplicaFollowsTheOwnersCommits(t *testing.T) {
 	if got := metricValue(string(scrapeHandler(t, a.Server)), feed); got != 0 {
 		t.Errorf("a, the owner, followed a feed to revision %d", got)
 	}
+}
+
+// TestReplicaHoldsTheOwnersEvents: a replica's watch hub reads the
+// revisions the owner committed from memory — the events came with the
+// owner's commit feed — not from storage, and its watchers get them.
+func TestReplicaHoldsTheOwnersEvents(t *testing.T) {
+	if testdb.Backend() == "pebble" {
+		t.Skip("replicas on one Pebble store are sole writers (testserver): no feed to follow")
+	}
+	db := testdb.Open(t)
+	a := start(t, db, "a")
+	b := start(t, db, "b")
+	c := ctx(t)
+	wch := b.Client.Watch(c, "w/", clientv3.WithPrefix(), clientv3.WithPrevKV())
+	// The watch is up, and b follows a's feed, once a first put reaches b.
+	if _, err := a.Client.Put(c, "w/0", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if resp := <-wch; resp.Err() != nil || len(resp.Events) != 1 {
+		t.Fatalf("first event: %+v", resp)
+	}
+	const memory, storage = `fdb_etcd_watch_hub_reads_total{from="memory"}`, `fdb_etcd_watch_hub_reads_total{from="storage"}`
+	before := string(scrapeHandler(t, b.Server))
+	const puts = 20
+	for i := 1; i <= puts; i++ {
+		// Apart, as a quiet cluster's writes are: each is sent on the feed
+		// at once (commitfeed.DefaultMinInterval).
+		time.Sleep(10 * time.Millisecond)
+		if _, err := a.Client.Put(c, fmt.Sprintf("w/%d", i%3), fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for got == 0 {
+			resp := <-wch
+			if resp.Err() != nil {
+				t.Fatal(resp.Err())
+			}
+			for _, ev := range resp.Events {
+				if string(ev.Kv.Value) != fmt.Sprint(i) || (i > 2 && ev.PrevKv == nil) {
+					t.Fatalf("put %d: event %v", i, ev)
+				}
+				got++
+			}
+		}
+	}
+	after := string(scrapeHandler(t, b.Server))
+	fromMemory := metricValue(after, memory) - metricValue(before, memory)
+	fromStorage := metricValue(after, storage) - metricValue(before, storage)
+	if fromMemory == 0 || fromStorage >= fromMemory {
+		t.Fatalf("b's hub read new revisions %d times from memory and %d from storage:\n%s", fromMemory, fromStorage, grep(after, "hub_reads"))
+	}
+	t.Logf("b's hub read %d puts' revisions %d times from memory, %d from storage", puts, fromMemory, fromStorage)
 }

@@ -79,6 +79,9 @@ type WatchStats struct {
 	// and second notifications at a newer head that followed an answer
 	// from memory.
 	ProgressFromMemory, ProgressAfterRead, ProgressFollowUps int64
+	// The hub's reads of new revisions: from the store's log tail in
+	// memory, and from storage.
+	ReadsFromMemory, ReadsFromStorage int64
 }
 
 // Metrics is one server's instrumentation.

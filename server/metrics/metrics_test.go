@@ -96,7 +96,8 @@ func TestHooks(t *testing.T) {
 	m.LeaseExpired(4)
 	m.SetLeaseOwner(true)
 	m.SetWatchSource(func() metrics.WatchStats {
-		return metrics.WatchStats{CommittedRev: 100, DispatchedRev: 90, Synced: 5, Unsynced: 2, Lagging: 1, Streams: 3, QueuedBytes: 4096}
+		return metrics.WatchStats{CommittedRev: 100, DispatchedRev: 90, Synced: 5, Unsynced: 2, Lagging: 1, Streams: 3, QueuedBytes: 4096,
+			ReadsFromMemory: 7, ReadsFromStorage: 2}
 	})
 	for _, c := range []struct {
 		name   string
@@ -121,6 +122,8 @@ func TestHooks(t *testing.T) {
 		{"fdb_etcd_watchers", []string{"state", "synced"}, 5},
 		{"fdb_etcd_watch_hub_lag_revisions", nil, 10},
 		{"fdb_etcd_watch_queued_bytes", nil, 4096},
+		{"fdb_etcd_watch_hub_reads_total", []string{"from", "memory"}, 7},
+		{"fdb_etcd_watch_hub_reads_total", []string{"from", "storage"}, 2},
 		{"etcd_server_version", []string{"server_version", "3.6.16"}, 1},
 	} {
 		if got := value(t, m, c.name, c.labels...); got != c.want {

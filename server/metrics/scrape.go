@@ -44,6 +44,9 @@ var (
 	descProgressAnswers = prometheus.NewDesc("fdb_etcd_watch_progress_answers_total",
 		"Watch progress requests answered: from memory at once (memory), after a read of the store's head (read), and second notifications at a newer head after an answer from memory (followup).",
 		[]string{"how"}, nil)
+	descHubReads = prometheus.NewDesc("fdb_etcd_watch_hub_reads_total",
+		"The watch hub's reads of new revisions: answered from the log's tail in memory (this replica's own commits, or the write owner's from its commit feed), or from storage.",
+		[]string{"from"}, nil)
 	descCommitFeed = prometheus.NewDesc("fdb_etcd_commit_feed_revision",
 		"Newest revision the write owner's commit feed reported to this replica (0 until it reports one).", nil, nil)
 	descScrapeErrors = prometheus.NewDesc("fdb_etcd_scrape_store_error",
@@ -55,7 +58,7 @@ type scrapeCollector struct{ m *Metrics }
 func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHasLeader, descCurrentRev, descCompactRev, descRev, descCompacted,
 		descDBSize, descDBSizeInUse, descDBSizeDebug, descWatchers, descSlowWatchers, descStreams,
-		descWatchersByState, descHubLag, descHubCommitted, descHubDispatched, descWatchQueued, descProgressAnswers, descCommitFeed, descScrapeErrors} {
+		descWatchersByState, descHubLag, descHubCommitted, descHubDispatched, descWatchQueued, descProgressAnswers, descHubReads, descCommitFeed, descScrapeErrors} {
 		ch <- d
 	}
 }
@@ -115,6 +118,8 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(ch, descProgressAnswers, float64(w.ProgressFromMemory), "memory")
 		counter(ch, descProgressAnswers, float64(w.ProgressAfterRead), "read")
 		counter(ch, descProgressAnswers, float64(w.ProgressFollowUps), "followup")
+		counter(ch, descHubReads, float64(w.ReadsFromMemory), "memory")
+		counter(ch, descHubReads, float64(w.ReadsFromStorage), "storage")
 	}
 	if commitFeedFn != nil {
 		gauge(ch, descCommitFeed, float64(commitFeedFn()))

@@ -180,6 +180,7 @@ func (s *Server) Stats() metrics.WatchStats {
 		Synced: st.Synced, Unsynced: st.Unsynced, Lagging: st.Lagging,
 		Streams: st.Streams, QueuedBytes: st.QueuedBytes,
 		ProgressFromMemory: st.ProgressFromMemory, ProgressAfterRead: st.ProgressAfterRead, ProgressFollowUps: st.ProgressFollowUps,
+		ReadsFromMemory: st.ReadsFromMemory, ReadsFromStorage: st.ReadsFromStorage,
 	}
 }
 
