@@ -153,6 +153,32 @@ func TestTailStopsAtAnotherWritersRevision(t *testing.T) {
 	}
 }
 
+// TestFreshHeadReadsStorage: a read from the tail reports as its head only
+// what the tail knows of; FreshHead reads storage, whose head includes
+// another store's later commit (a progress answer must carry it).
+func TestFreshHeadReadsStorage(t *testing.T) {
+	db := openPebble(t)
+	a := openStore(t, db, mvcc.Config{})
+	b := openStore(t, db, mvcc.Config{})
+	ctx := context.Background()
+	own, err := a.Put(ctx, &pb.PutRequest{Key: []byte("a"), Value: []byte("v")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := b.Put(ctx, &pb.PutRequest{Key: []byte("b"), Value: []byte("v")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mvcc.WatchRead{From: own.Header.Revision, KeysOnly: true}
+	if got, err := a.ReadWatchEvents(ctx, r); err != nil || got.Reads != 0 || got.Head != own.Header.Revision {
+		t.Fatalf("from the tail: head %d after %d reads, %v; want %d from memory", got.Head, got.Reads, err, own.Header.Revision)
+	}
+	r.FreshHead = true
+	if got, err := a.ReadWatchEvents(ctx, r); err != nil || got.Reads == 0 || got.Head != other.Header.Revision {
+		t.Fatalf("fresh: head %d after %d reads, %v; want %d", got.Head, got.Reads, err, other.Header.Revision)
+	}
+}
+
 // TestTailHoldsNoReplayedBatch: a batch whose commit was reported unknown
 // and found landed by its retry is answered from a replay; its revision is
 // not taken into the tail (the run that landed may have evaluated

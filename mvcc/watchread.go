@@ -32,6 +32,11 @@ type WatchRead struct {
 	// budget instead of reading it in several transactions: the batch is
 	// then empty with To < Head.
 	NoSplit bool
+	// FreshHead reads from storage, never from the log's tail in memory,
+	// so that the batch's Head is no older than the store's head when the
+	// call began (a watch progress answer must carry that much). From the
+	// tail, Head is only the newest revision the tail knows of.
+	FreshHead bool
 }
 
 // DefaultWatchReadBytes is the read budget of one watch-log transaction. It
@@ -69,12 +74,14 @@ func (s *Store) ReadWatchEvents(ctx context.Context, r WatchRead) (EventBatch, e
 	if r.MaxBytes <= 0 {
 		r.MaxBytes = DefaultWatchReadBytes
 	}
-	if b, ok := s.tail.read(r); ok {
-		if invariants {
-			checkWatchBatch(b)
-			s.checkTailRead(ctx, r, b)
+	if !r.FreshHead {
+		if b, ok := s.tail.read(r); ok {
+			if invariants {
+				checkWatchBatch(b)
+				s.checkTailRead(ctx, r, b)
+			}
+			return b, nil
 		}
-		return b, nil
 	}
 	b, err := s.readWatchEvents(ctx, r)
 	s.tail.sawCompacted(b.Compacted)

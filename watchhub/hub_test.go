@@ -499,8 +499,15 @@ func TestProgressFromMemoryThenHeadOnSharedStore(t *testing.T) {
 	}
 	g.hold()
 	defer g.release()
-	putKey(t, s, "busy/2", "2") // committed by "another replica": not in served
-	R := putKey(t, s, "busy/3", "3")
+	putKey(t, s, "busy/2", "2") // committed by this store: in its log's tail
+	// Committed by "another replica": not in served, nor in this store's
+	// tail, whose read would report busy/2's revision as its head.
+	other, err := mvcc.Open(s.DB(), mvcc.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	R := putKey(t, other, "busy/3", "3")
 	if err := st.RequestProgress(ctx); err != nil {
 		t.Fatal(err)
 	}
