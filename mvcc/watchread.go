@@ -47,7 +47,9 @@ const DefaultWatchReadBytes = 1 << 20
 
 // EventBatch is what ReadWatchEvents returns: the events of the revisions
 // From..To (To included; revisions without a log entry have no element in
-// Revs), with the head and compacted revisions the reads saw.
+// Revs), with the head and compacted revisions the reads saw — from the
+// log's tail in memory (Reads 0), the newest revision and compaction the
+// tail knows of, which storage may have passed (WatchRead.FreshHead).
 type EventBatch struct {
 	Revs      []RevisionEvents
 	From, To  int64
