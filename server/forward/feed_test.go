@@ -8,19 +8,28 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
+	"github.com/fdb-etcd/fdb-etcd/internal/testserver"
 )
+
+// ownerAndFollower starts two replicas on one store: a, which owns writes,
+// and b, which follows a's commit feed. On Pebble the test is skipped:
+// replicas on one Pebble store are sole writers (testserver), with no feed
+// to follow.
+func ownerAndFollower(t *testing.T) (a, b *testserver.Server) {
+	t.Helper()
+	if testdb.Backend() == "pebble" {
+		t.Skip("replicas on one Pebble store are sole writers (testserver): no feed to follow")
+	}
+	db := testdb.Open(t)
+	return start(t, db, "a"), start(t, db, "b")
+}
 
 // TestReplicaFollowsTheOwnersCommits: a replica follows the write owner's
 // commit feed (server/commitfeed), so it learns of a write made on the
 // owner from the owner itself, not only from the store's notification;
 // the owner follows nobody.
 func TestReplicaFollowsTheOwnersCommits(t *testing.T) {
-	if testdb.Backend() == "pebble" {
-		t.Skip("replicas on one Pebble store are sole writers (testserver): no feed to follow")
-	}
-	db := testdb.Open(t)
-	a := start(t, db, "a")
-	b := start(t, db, "b")
+	a, b := ownerAndFollower(t)
 	c := ctx(t)
 	const feed = "fdb_etcd_commit_feed_revision"
 	for i := 0; i < 3; i++ {
@@ -47,12 +56,7 @@ func TestReplicaFollowsTheOwnersCommits(t *testing.T) {
 // revisions the owner committed from memory — the events came with the
 // owner's commit feed — not from storage, and its watchers get them.
 func TestReplicaHoldsTheOwnersEvents(t *testing.T) {
-	if testdb.Backend() == "pebble" {
-		t.Skip("replicas on one Pebble store are sole writers (testserver): no feed to follow")
-	}
-	db := testdb.Open(t)
-	a := start(t, db, "a")
-	b := start(t, db, "b")
+	a, b := ownerAndFollower(t)
 	c := ctx(t)
 	wch := b.Client.Watch(c, "w/", clientv3.WithPrefix(), clientv3.WithPrevKV())
 	// The watch is up, and b follows a's feed, once a first put reaches b.
