@@ -153,10 +153,10 @@ func TestTailStopsAtAnotherWritersRevision(t *testing.T) {
 	}
 }
 
-// TestFreshHeadReadsStorage: a read from the tail reports as its head only
-// what the tail knows of; FreshHead reads storage, whose head includes
-// another store's later commit (a progress answer must carry it).
-func TestFreshHeadReadsStorage(t *testing.T) {
+// TestFromStorageReadsStorage: a read from the tail reports as its head
+// only what the tail knows of; FromStorage reads storage, whose head
+// includes another store's later commit (a progress answer must carry it).
+func TestFromStorageReadsStorage(t *testing.T) {
 	db := openPebble(t)
 	a := openStore(t, db, mvcc.Config{})
 	b := openStore(t, db, mvcc.Config{})
@@ -173,7 +173,7 @@ func TestFreshHeadReadsStorage(t *testing.T) {
 	if got, err := a.ReadWatchEvents(ctx, r); err != nil || got.Reads != 0 || got.Head != own.Header.Revision {
 		t.Fatalf("from the tail: head %d after %d reads, %v; want %d from memory", got.Head, got.Reads, err, own.Header.Revision)
 	}
-	r.FreshHead = true
+	r.FromStorage = true
 	if got, err := a.ReadWatchEvents(ctx, r); err != nil || got.Reads == 0 || got.Head != other.Header.Revision {
 		t.Fatalf("fresh: head %d after %d reads, %v; want %d", got.Head, got.Reads, err, other.Header.Revision)
 	}

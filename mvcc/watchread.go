@@ -32,11 +32,14 @@ type WatchRead struct {
 	// budget instead of reading it in several transactions: the batch is
 	// then empty with To < Head.
 	NoSplit bool
-	// FreshHead reads from storage, never from the log's tail in memory,
-	// so that the batch's Head is no older than the store's head when the
-	// call began (a watch progress answer must carry that much). From the
-	// tail, Head is only the newest revision the tail knows of.
-	FreshHead bool
+	// FromStorage reads storage, never the log's tail in memory, so that
+	// the batch's Head and Compacted are the store's as of a time after the
+	// call began: a watch progress answer must carry a head no older than
+	// the store's when it was asked for, and a watcher catching up from a
+	// past revision must be refused if a compaction acknowledged before it
+	// started passed that revision. From the tail, Head and Compacted are
+	// only the newest the tail knows of.
+	FromStorage bool
 }
 
 // DefaultWatchReadBytes is the read budget of one watch-log transaction. It
@@ -49,7 +52,7 @@ const DefaultWatchReadBytes = 1 << 20
 // From..To (To included; revisions without a log entry have no element in
 // Revs), with the head and compacted revisions the reads saw — from the
 // log's tail in memory (Reads 0), the newest revision and compaction the
-// tail knows of, which storage may have passed (WatchRead.FreshHead).
+// tail knows of, which storage may have passed (WatchRead.FromStorage).
 type EventBatch struct {
 	Revs      []RevisionEvents
 	From, To  int64
@@ -76,7 +79,7 @@ func (s *Store) ReadWatchEvents(ctx context.Context, r WatchRead) (EventBatch, e
 	if r.MaxBytes <= 0 {
 		r.MaxBytes = DefaultWatchReadBytes
 	}
-	if !r.FreshHead {
+	if !r.FromStorage {
 		if b, ok := s.tail.read(r); ok {
 			if invariants {
 				checkWatchBatch(b)

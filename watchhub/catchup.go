@@ -46,7 +46,10 @@ func (h *Hub) behind(st *Stream, ws []*Watcher) (_ []*Watcher, rd mvcc.WatchRead
 		}
 		return ws, rd, true
 	}
-	rd = mvcc.WatchRead{From: math.MaxInt64, UpTo: h.rev, MaxRevs: h.cfg.CatchUpRevs, MaxBytes: h.cfg.ReadBytes}
+	// From storage: a watcher created at a past revision is refused if a
+	// compaction acknowledged before it started passed that revision, which
+	// only storage knows for certain (another replica may have compacted).
+	rd = mvcc.WatchRead{From: math.MaxInt64, UpTo: h.rev, MaxRevs: h.cfg.CatchUpRevs, MaxBytes: h.cfg.ReadBytes, FromStorage: true}
 	for w := range st.unsynced {
 		if w.next > rd.UpTo {
 			// Caught up: the hub dispatches everything after UpTo.

@@ -319,7 +319,7 @@ func (st *Stream) RequestProgress(ctx context.Context) error {
 // readHead reads the store's head and the keys of the revisions from on,
 // within the bounds of an answer that does not wait for the hub.
 func (h *Hub) readHead(ctx context.Context, from int64) (mvcc.EventBatch, error) {
-	return h.src.ReadWatchEvents(ctx, mvcc.WatchRead{From: from, KeysOnly: true, NoSplit: true, MaxBytes: progressProbeBytes, FreshHead: true})
+	return h.src.ReadWatchEvents(ctx, mvcc.WatchRead{From: from, KeysOnly: true, NoSplit: true, MaxBytes: progressProbeBytes, FromStorage: true})
 }
 
 // answerAtHead answers a stream's progress request after a read of the

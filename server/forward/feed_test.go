@@ -98,3 +98,40 @@ func TestReplicaHoldsTheOwnersEvents(t *testing.T) {
 	}
 	t.Logf("b's hub read %d puts' revisions %d times from memory, %d from storage", puts, fromMemory, fromStorage)
 }
+
+// TestFollowerWatchAtTheCompaction: a watch from the revision the owner
+// compacted at gets what storage holds there, the event without the
+// previous version compaction removed, on a follower too, although the
+// follower holds that revision's events from the owner's feed, previous
+// version included, and has not heard of the compaction: a watcher
+// starting in the past reads storage. (kube-apiserver's storage suite,
+// Watch/WatchFromZero, expects that error of a watch there.)
+func TestFollowerWatchAtTheCompaction(t *testing.T) {
+	a, b := ownerAndFollower(t)
+	c := ctx(t)
+	wch := b.Client.Watch(c, "w/", clientv3.WithPrefix())
+	var last int64
+	for i := range 5 {
+		put, err := a.Client.Put(c, "w/k", fmt.Sprint(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = put.Header.Revision
+	}
+	for got := int64(0); got < last; {
+		resp := <-wch
+		if resp.Err() != nil {
+			t.Fatal(resp.Err())
+		}
+		for _, ev := range resp.Events {
+			got = ev.Kv.ModRevision
+		}
+	}
+	if _, err := a.Client.Compact(c, last, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	resp := <-b.Client.Watch(c, "w/", clientv3.WithPrefix(), clientv3.WithRev(last), clientv3.WithPrevKV())
+	if resp.Err() != nil || len(resp.Events) != 1 || resp.Events[0].Kv.ModRevision != last || resp.Events[0].PrevKv != nil {
+		t.Fatalf("watch from %d, compacted at %d: %v, events %v; want the event without its compacted previous version", last, last, resp.Err(), resp.Events)
+	}
+}
