@@ -26,7 +26,9 @@ import (
 //   - a revision enters only when the run of the batch that wrote it
 //     committed (revision.Decider); a batch found committed by a replay
 //     after commit_unknown_result is not taken, since what landed is what
-//     an earlier run evaluated, possibly differently;
+//     an earlier run evaluated, possibly differently; on a replica that
+//     follows the write owner's commit feed, the owner's revisions as the
+//     owner's tail held them (Store.Hold);
 //   - one request writes one revision, whole, so a held revision has every
 //     event of its revision;
 //   - revisions it does not hold — another process's, a staged request's,
@@ -38,11 +40,13 @@ import (
 //   - it serves nothing at or below the newest compaction revision it knows
 //     of: physical compaction may already have removed a previous version
 //     that storage would then leave out. Compactions of other processes
-//     are learned from the next read of storage; until then a watcher may
-//     get the events of a revision just compacted, which etcd, whose
-//     compaction and watch reads are ordered, never sends. Such a
-//     watcher's start revision was below the compaction when it began
-//     catching up, which only another replica's compaction makes possible.
+//     are learned from the next read of storage or the owner's feed, so
+//     reads that must see every compaction acknowledged before them — a
+//     watcher catching up from a past revision — and the store's head —
+//     a progress answer — read storage (WatchRead.FromStorage). The watch
+//     hub's reads of new revisions for its synced watchers come from here:
+//     those, like etcd's synced watchers, get every event whatever a
+//     compaction since removed.
 //
 // It is bounded by bytes (Config.LogTailBytes); the oldest revisions go
 // first.
