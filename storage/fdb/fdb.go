@@ -42,6 +42,16 @@ const maxKeySize = storage.MaxKeySize + storage.MaxNestingBytes
 // the one extra byte a clipped range bound can have.
 const clientKeySizeLimit = MaxPrefixBytes + maxKeySize + 1
 
+// clientGRVBatchKnob sets FoundationDB's client knob grv_batch_timeout to
+// 0. The client holds each read version request back to batch it with
+// others, for a moving average of half the recent reply latency (at most
+// that knob, 5 ms by default). A DB already batches its read version
+// requests and keeps one in flight (versions.go), so the client's batch
+// always holds one request and the wait was pure latency on every read
+// version; and since it grows after slow replies, it lengthened exactly
+// the tail. With 0 the client still batches what is queued at once.
+const clientGRVBatchKnob = "grv_batch_timeout=0"
+
 // Options configure Open.
 type Options struct {
 	// ClusterFile is the FoundationDB cluster file; "" means FoundationDB's
@@ -213,6 +223,9 @@ func acquire(clusterFile string, version int, buggify ClientBuggify) (fdbgo.Data
 		// Must precede the first database (which starts the network).
 		if err := fdbgo.Options().SetKnob(fmt.Sprintf("key_size_limit=%d", clientKeySizeLimit)); err != nil {
 			return fdbgo.Database{}, fmt.Errorf("storage/fdb: raise the client key size limit: %w", err)
+		}
+		if err := fdbgo.Options().SetKnob(clientGRVBatchKnob); err != nil {
+			return fdbgo.Database{}, fmt.Errorf("storage/fdb: turn off the client's read version batching delay: %w", err)
 		}
 		if err := setBuggify(buggify); err != nil {
 			return fdbgo.Database{}, err
