@@ -216,18 +216,25 @@ func benchmarkPutConcurrent(b *testing.B, clients int, gather time.Duration) {
 	b.ReportMetric(float64(b.N)/float64(max(batches.Load(), 1)), "puts/batch")
 }
 
-// BenchmarkRangeConcurrent is 256 clients' 1-key Ranges, linearizable and
-// serializable, on the store testdb gives (FoundationDB with
-// FDB_ETCD_TEST_BACKEND=fdb): what a read costs when its read version is
-// shared with the reads that arrived with it, or, serializable, reused
-// from a few milliseconds before.
-func BenchmarkRangeConcurrent(b *testing.B) {
+// openTestStore opens a store on the database testdb gives, both closed
+// when b ends.
+func openTestStore(b *testing.B) (storage.DB, *mvcc.Store) {
 	db := testdb.Open(b)
 	s, err := mvcc.Open(db, mvcc.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(s.Close)
+	return db, s
+}
+
+// BenchmarkRangeConcurrent is 256 clients' 1-key Ranges, linearizable and
+// serializable, on the store testdb gives (FoundationDB with
+// FDB_ETCD_TEST_BACKEND=fdb): what a read costs when its read version is
+// shared with the reads that arrived with it, or, serializable, reused
+// from a few milliseconds before.
+func BenchmarkRangeConcurrent(b *testing.B) {
+	db, s := openTestStore(b)
 	ctx := context.Background()
 	for i := range 256 {
 		if _, err := s.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "/k/%03d", i), Value: make([]byte, 256)}); err != nil {
@@ -298,12 +305,7 @@ func countReadVersions(db storage.DB) *grvCounter {
 // often start while a read version request is already in flight. It
 // reports the median and the 99th percentile.
 func BenchmarkRangeOneClient(b *testing.B) {
-	db := testdb.Open(b)
-	s, err := mvcc.Open(db, mvcc.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(s.Close)
+	_, s := openTestStore(b)
 	ctx := context.Background()
 	key := []byte("/k")
 	if _, err := s.Put(ctx, &pb.PutRequest{Key: key, Value: make([]byte, 256)}); err != nil {
