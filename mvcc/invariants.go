@@ -93,6 +93,8 @@ func (s *Store) checkTailRead(ctx context.Context, r WatchRead, b EventBatch) {
 	}
 }
 
+// withoutPrev is ev without its previous version, for comparing events at a
+// compacted revision.
 func withoutPrev(ev *mvccpb.Event) *mvccpb.Event {
 	return &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
 }
