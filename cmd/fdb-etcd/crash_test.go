@@ -14,16 +14,19 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/fdb-etcd/fdb-etcd/internal/freeport"
 )
 
+// freePort returns an address for the binary to listen on (see freeport
+// for why not port 0's).
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return a
 }
 
 func buildBinary(t *testing.T) string {

@@ -17,7 +17,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +24,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fdb-etcd/fdb-etcd/internal/freeport"
 )
 
 // startTimeout bounds starting, configuring and waiting for one attempt.
@@ -168,7 +169,7 @@ func StartCluster(cfg Config) (*Cluster, error) {
 }
 
 func (c *Cluster) start() error {
-	addrs, err := freeAddrs(c.cfg.Processes)
+	addrs, err := freeport.Addrs(c.cfg.Processes)
 	if err != nil {
 		return err
 	}
@@ -274,24 +275,4 @@ func (c *Cluster) killAll() {
 	for _, p := range c.procs {
 		_ = p.kill()
 	}
-}
-
-// freeAddrs returns n distinct free loopback addresses.
-func freeAddrs(n int) ([]string, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/tests/v3/robustness/model"
+
+	"github.com/fdb-etcd/fdb-etcd/internal/freeport"
 )
 
 // binary is the fdb-etcd under test: ROBUSTNESS_BINARY, or built by TestMain
@@ -67,12 +69,11 @@ type server struct {
 
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return a
 }
 
 // startServer starts fdb-etcd with the persisted-request journal (so that
