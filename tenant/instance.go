@@ -115,9 +115,6 @@ func (r *Router) serverConfig(rec Record, g *guard, tn turns) server.Config {
 	// series appear with its first call of each method.
 	sc.LazyGRPCMetrics = true
 	sc.SharedMembers = r.cfg.Members
-	// A tenant's watch hub (its tail of the revision log) runs while it has
-	// watch streams.
-	sc.Watch.OnDemand = true
 	// The revisions its store keeps in memory for watch reads (mvcc's log
 	// tail) are read within milliseconds of their commit by a running hub;
 	// a quarter of a single keyspace's 4 MiB keeps a thousand connected

@@ -36,9 +36,9 @@ var (
 	descHubLag = prometheus.NewDesc("fdb_etcd_watch_hub_lag_revisions",
 		"Committed revision minus the revision the watch hub has dispatched to its synced watchers.", nil, nil)
 	descHubCommitted = prometheus.NewDesc("fdb_etcd_watch_hub_committed_revision",
-		"The newest committed revision the watch hub knows of.", nil, nil)
+		"The newest committed revision the watch hub knows of; 0 while no watch stream is open (the hub runs only while one is).", nil, nil)
 	descHubDispatched = prometheus.NewDesc("fdb_etcd_watch_hub_dispatched_revision",
-		"The newest revision the watch hub has dispatched to every synced watcher.", nil, nil)
+		"The newest revision the watch hub has dispatched to every synced watcher; 0 while no watch stream is open.", nil, nil)
 	descWatchQueued = prometheus.NewDesc("fdb_etcd_watch_queued_bytes",
 		"Approximate event bytes queued on the Watch streams, waiting for their clients to read them.", nil, nil)
 	descProgressAnswers = prometheus.NewDesc("fdb_etcd_watch_progress_answers_total",

@@ -41,13 +41,8 @@ type Config struct {
 	// nil is math/rand.
 	Jitter func(n int64) int64
 	// Hub tunes the watch hub.
-	Hub watchhub.Config
-	// OnDemand runs the hub only while a watch stream is open: it starts
-	// with the first stream and stops when the last one closes, for a
-	// process serving many keyspaces, most of them watched by nobody at a
-	// given time. Otherwise the hub runs from New to Stop.
-	OnDemand bool
-	Logger   *zap.Logger
+	Hub    watchhub.Config
+	Logger *zap.Logger
 	// Observer, when set, counts what the service sends.
 	Observer Observer
 }
@@ -75,14 +70,22 @@ type Server struct {
 	stopOnce sync.Once
 
 	mu      sync.Mutex
-	hub     *watchhub.Hub // guarded by mu: nil while stopped, or while no stream is open OnDemand
+	hub     *watchhub.Hub // guarded by mu: nil while stopped or while no stream is open
 	streams int           // guarded by mu: open streams
 	stopped bool          // guarded by mu
+	// retired sums the counters of the hubs stopped so far, so that the
+	// service's counters never go back. Guarded by mu.
+	retired watchhub.Stats
 }
 
 var _ pb.WatchServer = (*Server)(nil)
 
-// New starts the watch hub on src and returns the service.
+// New returns the service. Its watch hub, the tail of src's revision log,
+// runs only while a watch stream is open: it starts with the first stream
+// and stops when the last one closes. A process nobody watches follows no
+// log — on a replica of a store other processes write, following costs a
+// read of the head and a storage watch per revision (docs/performance.md),
+// and a process serving many tenants has most of them watched by nobody.
 func New(ctx context.Context, src watchhub.Source, hdr header.Filler, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -107,15 +110,7 @@ func New(ctx context.Context, src watchhub.Source, hdr header.Filler, cfg Config
 	if cfg.Hub.Logger == nil {
 		cfg.Hub.Logger = cfg.Logger
 	}
-	s := &Server{src: src, hdr: hdr, cfg: cfg, lg: cfg.Logger, stopc: make(chan struct{})}
-	if !cfg.OnDemand {
-		hub, err := watchhub.New(ctx, src, cfg.Hub)
-		if err != nil {
-			return nil, err
-		}
-		s.hub = hub
-	}
-	return s, nil
+	return &Server{src: src, hdr: hdr, cfg: cfg, lg: cfg.Logger, stopc: make(chan struct{})}, nil
 }
 
 // running returns the hub running now; nil while none runs.
@@ -153,14 +148,17 @@ func (s *Server) openStream(ctx context.Context) (*watchhub.Hub, error) {
 	return s.hub, nil
 }
 
-// closeStream counts a stream of hub closed; OnDemand, the last one stops
-// the hub.
+// closeStream counts a stream of hub closed; the last one stops the hub.
+// Its counters join retired in the same critical section that takes it
+// away, so that a scrape never sees them drop; the little it counts while
+// it stops is lost.
 func (s *Server) closeStream(hub *watchhub.Hub) {
 	s.mu.Lock()
 	s.streams--
-	idle := s.cfg.OnDemand && s.streams == 0 && s.hub == hub
+	idle := s.streams == 0 && s.hub == hub
 	if idle {
 		s.hub = nil
+		addCounters(&s.retired, hub.Stats())
 	}
 	s.mu.Unlock()
 	if idle {
@@ -168,13 +166,26 @@ func (s *Server) closeStream(hub *watchhub.Hub) {
 	}
 }
 
-// Stats reports the hub's state for the metrics scrape.
+// addCounters adds the counters (not the gauges) of b to a.
+func addCounters(a *watchhub.Stats, b watchhub.Stats) {
+	a.ProgressFromMemory += b.ProgressFromMemory
+	a.ProgressAfterRead += b.ProgressAfterRead
+	a.ProgressFollowUps += b.ProgressFollowUps
+	a.ReadsFromMemory += b.ReadsFromMemory
+	a.ReadsFromStorage += b.ReadsFromStorage
+}
+
+// Stats reports the hub's state for the metrics scrape: with no hub
+// running, no watcher and no revision, and the counters so far.
 func (s *Server) Stats() metrics.WatchStats {
-	h := s.running()
-	if h == nil {
-		return metrics.WatchStats{}
+	s.mu.Lock()
+	h, st := s.hub, s.retired
+	s.mu.Unlock()
+	if h != nil {
+		now := h.Stats()
+		addCounters(&now, st)
+		st = now
 	}
-	st := h.Stats()
 	return metrics.WatchStats{
 		CommittedRev: st.Head, DispatchedRev: st.Rev,
 		Synced: st.Synced, Unsynced: st.Unsynced, Lagging: st.Lagging,

@@ -403,3 +403,57 @@ func TestStopEndsStreams(t *testing.T) {
 }
 
 func sizeOf(m *pb.WatchResponse) int { return proto.Size(m) }
+
+// TestHubRunsOnlyWhileStreamsAreOpen: a server nobody watches follows no
+// revision log (its hub starts with the first stream and stops with the
+// last), a hub started again serves past revisions as the first did, and
+// the service's counters do not go back when a hub stops.
+func TestHubRunsOnlyWhileStreamsAreOpen(t *testing.T) {
+	s := start(t, server.Config{})
+	put(t, s.Client, "a", "1")
+	awaitReady(t, s)
+	if got := metric(t, s, "fdb_etcd_watch_hub_dispatched_revision"); got != 0 {
+		t.Fatalf("with no stream open, the hub has dispatched revision %v", got)
+	}
+	var answered float64
+	for round := range 2 {
+		raw := openRaw(t, s.Client.ActiveConnection(), true)
+		raw.create(&pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: []byte("b"), StartRevision: 1})
+		raw.created()
+		rv := put(t, s.Client, "a", fmt.Sprint(round+2))
+		var seen []int64
+		for len(seen) < round+2 {
+			for _, ev := range raw.next(waitLong).Events {
+				seen = append(seen, ev.Kv.ModRevision)
+			}
+		}
+		if seen[len(seen)-1] != rv {
+			t.Fatalf("round %d: events at %v, the last put at %d", round, seen, rv)
+		}
+		raw.requestProgress()
+		if p := raw.next(waitLong); !isProgress(p) || p.Header.Revision < rv {
+			t.Fatalf("round %d: progress answer %s", round, respStr(p))
+		}
+		if got := metric(t, s, "fdb_etcd_watch_hub_dispatched_revision"); got < float64(rv) {
+			t.Fatalf("round %d: the hub dispatched %v with a stream open, the store at %d", round, got, rv)
+		}
+		now := metric(t, s, "fdb_etcd_watch_progress_answers_total", "how", "memory") +
+			metric(t, s, "fdb_etcd_watch_progress_answers_total", "how", "read")
+		if now < answered+1 {
+			t.Fatalf("round %d: %v progress answers counted, %v before the round", round, now, answered)
+		}
+		answered = now
+		raw.cancel()
+		deadline := time.Now().Add(waitLong)
+		for metric(t, s, "etcd_debugging_mvcc_watch_stream_total") != 0 || metric(t, s, "fdb_etcd_watch_hub_dispatched_revision") != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the hub still runs after its last stream closed", round)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if now := metric(t, s, "fdb_etcd_watch_progress_answers_total", "how", "memory") +
+			metric(t, s, "fdb_etcd_watch_progress_answers_total", "how", "read"); now != answered {
+			t.Fatalf("round %d: progress answers went from %v to %v when the hub stopped", round, answered, now)
+		}
+	}
+}
