@@ -99,6 +99,15 @@ type Config struct {
 	// commit). It says nothing of what clients were told, so progress
 	// answers do not use it.
 	Committed *progress.Served
+	// FeedGrace is how long a wait for the next revision that follows
+	// one the owner's feed (Committed) told of first waits for the feed's
+	// next news before it also sets up the store's change notification.
+	// While the feed keeps coming, a follower's hub then never sets that
+	// up — on FoundationDB a read of the head and a storage watch per
+	// revision, most of a follower's CPU — at the price of noticing a
+	// commit the feed does not carry (this or another replica's local
+	// commit, cut off from the owner) up to FeedGrace late.
+	FeedGrace time.Duration
 }
 
 func (c *Config) defaults() {
@@ -126,6 +135,9 @@ func (c *Config) defaults() {
 	if c.RetryDelay <= 0 {
 		c.RetryDelay = 50 * time.Millisecond
 	}
+	if c.FeedGrace <= 0 {
+		c.FeedGrace = 50 * time.Millisecond
+	}
 }
 
 // Hub is one process's watch hub.
@@ -151,8 +163,13 @@ type Hub struct {
 	answered struct{ memory, afterRead, followUps int64 } // progress requests, by how they were answered
 	reads    struct{ memory, storage int64 }              // the tail's reads of new revisions, by where they came from
 	stopping bool
-	groups   []*group   // dispatch scratch
-	touched  []*Watcher // dispatch scratch
+	// told says that the owner's feed told of a revision past what the
+	// tail's last wait for the store returned, so the next wait first
+	// waits for the feed (Config.FeedGrace). Only the tail's goroutine
+	// uses it.
+	told    bool
+	groups  []*group   // dispatch scratch
+	touched []*Watcher // dispatch scratch
 }
 
 // New starts a hub at the store's current revision.
@@ -349,16 +366,36 @@ func (h *Hub) waitHead() (int64, error) {
 	if !h.cfg.SoleWriter {
 		followed = h.followCommitted(ctx)
 	}
-	head, err := h.src.WaitRev(h.ctx, after, wake)
+	head, err := after, error(nil)
+	if !h.told || !h.toldWithin(wake) {
+		head, err = h.src.WaitRev(h.ctx, after, wake)
+	}
 	cancel()
 	followed()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.wake = nil
+	// A nil watermark's Load is 0.
+	h.told = !h.cfg.SoleWriter && h.cfg.Committed.Load() > max(head, after)
 	if h.ctx.Err() == nil && h.head > max(head, after) {
 		return h.head, nil
 	}
 	return head, err
+}
+
+// toldWithin reports whether wake closes within FeedGrace: news of a
+// commit from outside the store came.
+func (h *Hub) toldWithin(wake <-chan struct{}) bool {
+	t := time.NewTimer(h.cfg.FeedGrace)
+	defer t.Stop()
+	select {
+	case <-wake:
+		return true
+	case <-t.C:
+		return false
+	case <-h.ctx.Done():
+		return false
+	}
 }
 
 // followCommitted hands the hub, while ctx lasts, every revision the

@@ -2,9 +2,12 @@ package watchhub
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/progress"
 )
 
@@ -14,10 +17,12 @@ import (
 // parked counts the waits that found nothing and block.
 type deafSource struct {
 	*gatedSource
+	calls  atomic.Int64
 	parked atomic.Int64
 }
 
 func (d *deafSource) WaitRev(ctx context.Context, after int64, wake <-chan struct{}) (int64, error) {
+	d.calls.Add(1)
 	rev, _, err := d.Rev(ctx)
 	if err != nil || rev > after {
 		return rev, err
@@ -69,4 +74,49 @@ func TestServedRevisionWakesReplicaHub(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFeedKeepsFollowerOffStoreNotification: once the owner's feed
+// (Committed) told a follower's hub of a revision, the hub's next waits
+// wait for the feed and do not ask the store to notify it (on
+// FoundationDB a read of the head and a storage watch per revision) while
+// the feed keeps coming; a commit the feed does not tell of is still
+// delivered, FeedGrace later.
+func TestFeedKeepsFollowerOffStoreNotification(t *testing.T) {
+	setup := func(t *testing.T, grace time.Duration) (*mvcc.Store, *deafSource, *progress.Served, *Stream) {
+		s := newStore(t)
+		w := &progress.Served{}
+		src := &deafSource{gatedSource: &gatedSource{Store: s}}
+		h := newHub(t, src, Config{Committed: w, FeedGrace: grace})
+		st := h.NewStream()
+		t.Cleanup(st.Close)
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		if err := st.Watch(ctx, Options{Key: []byte("k")}); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, st, func(r Response) bool { return r.Kind == KindCreated })
+		waitFor(t, func() bool { return src.parked.Load() > 0 })
+		rev := putKey(t, s, "k", "0")
+		w.Observe(rev)
+		drain(t, st, func(r Response) bool { return r.Kind == KindEvents && r.Rev == rev })
+		return s, src, w, st
+	}
+	t.Run("fed", func(t *testing.T) {
+		s, src, w, st := setup(t, time.Hour)
+		calls := src.calls.Load()
+		for i := range 5 {
+			rev := putKey(t, s, "k", fmt.Sprint(i+1))
+			w.Observe(rev)
+			drain(t, st, func(r Response) bool { return r.Kind == KindEvents && r.Rev == rev })
+		}
+		if got := src.calls.Load(); got != calls {
+			t.Fatalf("the hub asked the store for its next revision %d times while the feed told it of each", got-calls)
+		}
+	})
+	t.Run("not fed", func(t *testing.T) {
+		s, _, _, st := setup(t, 10*time.Millisecond)
+		rev := putKey(t, s, "k", "1")
+		drain(t, st, func(r Response) bool { return r.Kind == KindEvents && r.Rev == rev })
+	})
 }
