@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/fdbserver"
@@ -30,12 +31,22 @@ func run(args []string) int {
 	fs.StringVar(&cfg.Redundancy, "redundancy", "single", "redundancy mode: single, double or triple")
 	fs.StringVar(&cfg.Storage, "storage", "memory", "storage engine: memory, ssd-2 or ssd-redwood-1")
 	fs.StringVar(&cfg.StorageMemory, "storage-memory", "", "each process's --storage-memory (memory engine capacity; fdbserver's default 1GiB)")
+	fs.Func("knob", "a server knob name=value for every process, after the test cluster's defaults (repeatable)", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("want name=value, got %q", v)
+		}
+		if cfg.Knobs == nil {
+			cfg.Knobs = fdbserver.DefaultKnobs()
+		}
+		cfg.Knobs = append(cfg.Knobs, v)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	args = fs.Args()
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: withfdb [-processes N] [-redundancy R] [-storage S] [-storage-memory SIZE] command [args...]")
+		fmt.Fprintln(os.Stderr, "usage: withfdb [-processes N] [-redundancy R] [-storage S] [-storage-memory SIZE] [-knob name=value]... command [args...]")
 		return 2
 	}
 	srv, err := fdbserver.StartCluster(cfg)
