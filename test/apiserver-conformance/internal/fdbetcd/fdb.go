@@ -56,14 +56,11 @@ type FDBOptions struct {
 	// Configure is the database configuration (default "single memory";
 	// "double ssd-2" needs at least two processes).
 	Configure string
-	// Knobs are server knobs, name=value, given to every process
-	// (--knob_name=value); nil means RecommendedKnobs() and then
-	// EnvFDBKnobs' (space-separated).
-	Knobs []string
 }
 
-// RecommendedKnobs returns the server knobs docs/operations.md recommends for
-// a control plane's cluster (the main module's test clusters use the same):
+// RecommendedKnobs returns the server knobs every process of a test cluster
+// gets: those docs/operations.md recommends for a control plane's cluster
+// (the main module's test clusters use the same):
 // the commit proxies send a commit on without waiting to batch it with
 // others, since fdb-etcd batches its own writes.
 func RecommendedKnobs() []string {
@@ -72,10 +69,6 @@ func RecommendedKnobs() []string {
 		"commit_transaction_batch_interval_min=0.00001",
 	}
 }
-
-// EnvFDBKnobs adds server knobs to every cluster the tests start, as
-// name=value pairs separated by spaces (to compare a cluster's settings).
-const EnvFDBKnobs = "CONFORMANCE_FDB_KNOBS"
 
 // FDB is a throwaway FoundationDB cluster on loopback: fdbserver processes
 // with their own data and log directories under one root, each in its own
@@ -104,9 +97,6 @@ func StartFDB(root string, o FDBOptions) (*FDB, error) {
 	}
 	if o.Configure == "" {
 		o.Configure = "single memory"
-	}
-	if o.Knobs == nil {
-		o.Knobs = append(RecommendedKnobs(), strings.Fields(os.Getenv(EnvFDBKnobs))...)
 	}
 	var errs []error
 	for attempt := 1; attempt <= 3; attempt++ {
@@ -172,7 +162,7 @@ func (f *FDB) startProc(i int) error {
 	cmd := exec.Command("fdbserver", "--public-address", p.addr, "--listen-address", p.addr,
 		"--cluster-file", f.ClusterFile, "--datadir", filepath.Join(p.dir, "data"), "--logdir", filepath.Join(p.dir, "logs"),
 		"--locality-zoneid", fmt.Sprintf("z%d", i), "--locality-machineid", fmt.Sprintf("m%d", i))
-	for _, k := range f.opts.Knobs {
+	for _, k := range RecommendedKnobs() {
 		cmd.Args = append(cmd.Args, "--knob_"+k)
 	}
 	cmd.Stdout, cmd.Stderr = out, out
