@@ -327,6 +327,12 @@ func tail(s string, n int) string {
 
 func (s *Server) waitReady(t *TLS, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
+	// A client dialled before the port listens waits out gRPC's reconnect
+	// backoff (1 s) before its first request can succeed: a second a server
+	// on every test. So the port is polled first, cheaply.
+	if err := s.waitListening(deadline); err != nil {
+		return err
+	}
 	var tlsCfg *tls.Config
 	if t != nil {
 		var err error
@@ -355,6 +361,27 @@ func (s *Server) waitReady(t *TLS, timeout time.Duration) error {
 			return err
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitListening returns once the server's port accepts connections.
+func (s *Server) waitListening(deadline time.Time) error {
+	addr := fmt.Sprintf("127.0.0.1:%d", s.Port)
+	for {
+		select {
+		case <-s.done:
+			return fmt.Errorf("exited: %v", s.waitErr)
+		default:
+		}
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
