@@ -221,12 +221,18 @@ func startStack(t *testing.T, be string) *cluster {
 	return c
 }
 
-func runScenarios(t *testing.T, be string, all bool) {
+// runScenarios runs the scenarios on a fresh stack of store be, all of
+// them or the reference subset; quiet is called when the busy ones are done
+// (see busyStacks).
+func runScenarios(t *testing.T, be string, all bool, quiet func()) {
 	c := startStack(t, be)
 	for _, sc := range scenarios() {
 		sc := sc
 		if !all && !sc.reference {
 			continue
+		}
+		if sc.name == "ConsistencyChecker" {
+			quiet()
 		}
 		t.Run(sc.name, func(t *testing.T) {
 			start := time.Now()
@@ -245,15 +251,29 @@ func runScenarios(t *testing.T, be string, all bool) {
 	}
 }
 
+// busyStacks counts TestScenarios' stores still in their busy scenarios:
+// those before the consistency checker, which then waits minutes (the
+// apiserver checks every 5-7.5 min) with the CPU all but idle.
+// TestTenantsShareStore starts once it is zero, so that its run fills that
+// wait and neither test's timed scenarios share the CPU with the other's
+// busy ones.
+var busyStacks sync.WaitGroup
+
 // TestScenarios runs every scenario against kube-apiserver on fdb-etcd (on
 // its embedded store and on FoundationDB when it runs) and the reference
 // subset against kube-apiserver on an embedded etcd. The stores' runs go
-// side by side: each spends most of its time waiting for the apiserver's
-// consistency checker, which first runs minutes after the apiserver starts.
+// side by side, and beside TestTenantsShareStore (see busyStacks): each
+// spends most of its time waiting for the apiserver's consistency checker,
+// which first runs minutes after the apiserver starts.
 func TestScenarios(t *testing.T) {
 	if _, err := fdbetcd.Binary(); err != nil {
 		t.Fatal(err)
 	}
+	type run struct {
+		be  string
+		all bool
+	}
+	var runs []run
 	for _, be := range stores() {
 		all := true
 		if be == storeEtcd {
@@ -262,9 +282,23 @@ func TestScenarios(t *testing.T) {
 			}
 			all = *flagReference == "all"
 		}
-		t.Run(be, func(t *testing.T) {
+		runs = append(runs, run{be, all})
+	}
+	// Counted before t.Parallel: TestTenantsShareStore waits only after
+	// every top-level test got this far.
+	busyStacks.Add(len(runs))
+	t.Parallel()
+	for _, r := range runs {
+		quiet := sync.OnceFunc(busyStacks.Done)
+		started := false
+		t.Run(r.be, func(t *testing.T) {
+			started = true
+			defer quiet()
 			t.Parallel()
-			runScenarios(t, be, all)
+			runScenarios(t, r.be, r.all, quiet)
 		})
+		if !started { // filtered out by -run
+			quiet()
+		}
 	}
 }

@@ -39,7 +39,8 @@ type clientCert struct {
 // half runs). Both run the scenarios at the same time, with the same
 // namespaces and object names; then neither apiserver, nor a raw etcd
 // client of its tenant, may see an object the other created, and each
-// apiserver's watch-cache consistency checker must be clean.
+// apiserver's watch-cache consistency checker must be clean. It runs beside
+// TestScenarios, once that test's busy scenarios are done (busyStacks).
 func TestTenantsShareStore(t *testing.T) {
 	if os.Getenv(envTenants) == "0" {
 		t.Skipf("%s=0", envTenants)
@@ -47,6 +48,8 @@ func TestTenantsShareStore(t *testing.T) {
 	if _, err := fdbetcd.Binary(); err != nil {
 		t.Fatal(err)
 	}
+	t.Parallel()
+	busyStacks.Wait()
 	for _, be := range stores() {
 		if be == storeEtcd {
 			continue // etcd has no tenants
