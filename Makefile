@@ -110,8 +110,7 @@ test-fdb:
 	CGO_ENABLED=1 $(GO) vet -tags fdb $(FDB_PKGS)
 	CGO_ENABLED=1 FDB_TESTS_REQUIRED=1 FDB_ETCD_TEST_BACKEND=fdb $(GO) test -tags fdb -race -count=1 $(FDB_PKGS)
 	CGO_ENABLED=1 FDB_TESTS_REQUIRED=1 FDB_ETCD_TEST_BACKEND=fdb $(GO) test -tags fdb,$(TESTHOOKS) -race -count=1 -run '$(TESTHOOKS_RUN)' ./mvcc/
-	$(MAKE) --no-print-directory etcdcompat-fdb
-	$(MAKE) --no-print-directory etcdcompat-fdb-tenant
+	$(MAKE) --no-print-directory etcdcompat-fdb etcdcompat-fdb-tenant
 	$(GO) run ./internal/fdbserver/withfdb sh -c 'cd test/snapshot && SNAPSHOT_BACKEND=fdb $(GO) test -count=1 ./...'
 
 # The differential test against a real etcd, on each store in a plain

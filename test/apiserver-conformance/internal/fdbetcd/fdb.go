@@ -77,7 +77,6 @@ func RecommendedKnobs() []string {
 type FDB struct {
 	ClusterFile string
 	root        string
-	opts        FDBOptions
 
 	mu    sync.Mutex
 	procs []*fdbProc
@@ -110,7 +109,7 @@ func StartFDB(root string, o FDBOptions) (*FDB, error) {
 }
 
 func tryStartFDB(root string, o FDBOptions) (*FDB, error) {
-	f := &FDB{root: root, opts: o, ClusterFile: filepath.Join(root, "fdb.cluster")}
+	f := &FDB{root: root, ClusterFile: filepath.Join(root, "fdb.cluster")}
 	var coords []string
 	for i := 0; i < o.Processes; i++ {
 		port, err := FreePort()
