@@ -26,6 +26,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // The command line of etcd 3.6 against fdb-etcd's: the same arguments,
@@ -160,7 +161,11 @@ func launch(t *testing.T, bin string, args, env []string, s slots, probe func(co
 			<-exited
 			t.Fatalf("%s %v: neither served nor exited in 30s: %v\n%s", bin, args, err, logBuf.String())
 		}
-		time.Sleep(100 * time.Millisecond)
+		select { // a refused command line exits at once: no need to sleep it out
+		case err := <-exited:
+			exited <- err
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
@@ -168,7 +173,7 @@ func launch(t *testing.T, bin string, args, env []string, s slots, probe func(co
 func probeKV(endpoint string, tlsConfig *tls.Config) func(context.Context, slots) error {
 	return func(ctx context.Context, s slots) error {
 		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.expand(endpoint)}, DialTimeout: time.Second,
-			TLS: tlsConfig, Logger: zap.NewNop()})
+			DialOptions: []grpc.DialOption{quickRedial}, TLS: tlsConfig, Logger: zap.NewNop()})
 		if err != nil {
 			return err
 		}

@@ -38,10 +38,23 @@ type outcome struct {
 
 func (o outcome) equal() bool { return o.ref == o.cand }
 
-// exec sends req to both servers (reference first) and renders the answers.
+// onBoth runs do on the reference and the candidate at the same time. The
+// two servers are independent, so each still sees a test's requests in the
+// test's order; a step waits for the slower answer, not for both in turn.
+func (p *pair) onBoth(do func(*server) (any, error)) (refResp any, refErr error, candResp any, candErr error) {
+	refDone := make(chan struct{})
+	go func() {
+		defer close(refDone)
+		refResp, refErr = do(p.ref)
+	}()
+	candResp, candErr = do(p.cand)
+	<-refDone
+	return refResp, refErr, candResp, candErr
+}
+
+// exec sends req to both servers and renders the answers.
 func (p *pair) exec(req any) outcome {
-	refResp, refErr := p.ref.do(req)
-	candResp, candErr := p.cand.do(req)
+	refResp, refErr, candResp, candErr := p.onBoth(func(s *server) (any, error) { return s.do(req) })
 	return outcome{req: req, refResp: refResp, refErr: refErr, ref: respStr(refResp, refErr), cand: respStr(candResp, candErr)}
 }
 

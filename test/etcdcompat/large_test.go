@@ -128,8 +128,7 @@ func (p *pair) execLarge(req any) outcome {
 		}
 		panic(fmt.Sprintf("execLarge: %T", req))
 	}
-	refResp, refErr := do(p.ref)
-	candResp, candErr := do(p.cand)
+	refResp, refErr, candResp, candErr := p.onBoth(do)
 	return outcome{req: req, refResp: refResp, refErr: refErr, ref: respStr(refResp, refErr), cand: respStr(candResp, candErr)}
 }
 

@@ -82,8 +82,7 @@ func absDiff(a, b int64) int64 {
 // ttlSlack seconds of difference in remaining TTLs. It returns both answers.
 func (p *pair) checkLease(t *testing.T, c leaseCall) (refResp, candResp any, refErr error) {
 	t.Helper()
-	refResp, refErr = c.do(p.ref)
-	candResp, candErr := c.do(p.cand)
+	refResp, refErr, candResp, candErr := p.onBoth(c.do)
 	if status.Code(candErr) == codes.Unimplemented && status.Code(refErr) != codes.Unimplemented {
 		t.Fatalf("%s does not implement %s: %s", p.cand.name, c.desc, errStr(candErr))
 	}

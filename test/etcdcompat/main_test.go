@@ -29,6 +29,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -491,6 +492,15 @@ func tailFile(path string, n int) string {
 }
 
 // dialServer connects to hostport, over TLS with tlsCfg when it is set.
+// quickRedial retries a refused connection within 20-200 ms instead of gRPC's
+// default backoff (1 s first): a server a test just started refuses its
+// first connections, and every test, and each command line of
+// TestCommandLineMatchesEtcd, would otherwise wait out that second.
+var quickRedial = grpc.WithConnectParams(grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},
+	MinConnectTimeout: 5 * time.Second,
+})
+
 func dialServer(name, hostport string, tlsCfg *tls.Config) (*server, error) {
 	creds, scheme := insecure.NewCredentials(), "http"
 	hc := &http.Client{Timeout: 30 * time.Second}
@@ -498,7 +508,7 @@ func dialServer(name, hostport string, tlsCfg *tls.Config) (*server, error) {
 		creds, scheme = credentials.NewTLS(tlsCfg), "https"
 		hc.Transport = &http.Transport{TLSClientConfig: tlsCfg}
 	}
-	conn, err := grpc.NewClient(hostport,
+	conn, err := grpc.NewClient(hostport, quickRedial,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
 	if err != nil {
@@ -507,6 +517,7 @@ func dialServer(name, hostport string, tlsCfg *tls.Config) (*server, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{scheme + "://" + hostport},
 		DialTimeout: 10 * time.Second,
+		DialOptions: []grpc.DialOption{quickRedial},
 		TLS:         tlsCfg,
 		Logger:      zap.NewNop(),
 	})
