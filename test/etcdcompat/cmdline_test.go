@@ -288,6 +288,7 @@ func fdbEnv() []string {
 // TestCommandLineMatchesEtcd runs each command line against etcd 3.6 and
 // fdb-etcd.
 func TestCommandLineMatchesEtcd(t *testing.T) {
+	t.Parallel()
 	skipInTenantMode(t)
 	cand := candidateBinary(t)
 	ref := etcdBinary(t)
@@ -353,6 +354,7 @@ var etcdMainFlags = map[string]string{
 // AddFlags and etcd's main), each with its default value, to both
 // binaries in one command line: both parse it and print their version.
 func TestEveryEtcdFlagAccepted(t *testing.T) {
+	t.Parallel()
 	skipInTenantMode(t)
 	cand := candidateBinary(t)
 	ref := etcdBinary(t)

@@ -112,6 +112,7 @@ func (p *pair) gwCheck(t *testing.T, method, path, body string) gwAnswer {
 // JSON gateway, including errors, bad JSON, unknown paths, etcd's /v3beta/
 // prefix and the CORS preflight.
 func TestGatewayCompat(t *testing.T) {
+	t.Parallel()
 	p := startPair(t)
 	post := func(path, body string) gwAnswer { t.Helper(); return p.gwCheck(t, http.MethodPost, path, body) }
 	k := func(s string) string { return `"` + b64(s) + `"` }
@@ -234,6 +235,7 @@ func checkGatewayMembers(t *testing.T, p *pair) {
 // timing, so events are compared per watch, flattened, and the other
 // responses (creation) in full.
 func TestGatewayWatchCompat(t *testing.T) {
+	t.Parallel()
 	p := startPair(t)
 	for i := range 3 {
 		p.check(t, "setup", &pb.PutRequest{Key: []byte(fmt.Sprintf("w/%d", i)), Value: []byte("v")})
@@ -262,6 +264,7 @@ func TestGatewayWatchCompat(t *testing.T) {
 // etcd's does; over one, a watch stream is full duplex: a create request can
 // follow events.
 func TestGatewayWebsocketCompat(t *testing.T) {
+	t.Parallel()
 	p := startPair(t)
 	p.check(t, "setup", &pb.PutRequest{Key: []byte("ws/0"), Value: []byte("v")})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

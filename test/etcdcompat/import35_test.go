@@ -90,6 +90,7 @@ func startEtcd35(t *testing.T, dir string, cport, pport int) (*server, func(), e
 // TestImportSnapshot35Compat is TestImportSnapshotCompat with a snapshot
 // of etcd 3.5.
 func TestImportSnapshot35Compat(t *testing.T) {
+	t.Parallel()
 	skipInTenantMode(t)
 	testImportSnapshot(t, startEtcd35)
 }

@@ -185,6 +185,7 @@ func startImportPair(t *testing.T, start refStarter) (*pair, int64) {
 // around it, Watch from past revisions, HashKV at several revisions, the
 // leases and their keys, and the writes that follow.
 func TestImportSnapshotCompat(t *testing.T) {
+	t.Parallel()
 	skipInTenantMode(t)
 	testImportSnapshot(t, startEmbeddedOn)
 }

@@ -116,6 +116,7 @@ func runBadCases(t *testing.T, p *pair, cases []badCase) {
 }
 
 func TestKVBadInputCompat(t *testing.T) {
+	t.Parallel()
 	p := startPair(t)
 	seedState(t, p)
 
@@ -318,6 +319,7 @@ func TestKVBadInputCompat(t *testing.T) {
 // 25 bytes (the request ID is a 9- or 10-byte varint that depends on the
 // member ID, so a slack of 23..25 bytes is left out as ambiguous).
 func TestKVSizeBoundaryCompat(t *testing.T) {
+	t.Parallel()
 	p := startPair(t)
 	var cases []badCase
 	for _, slack := range []int{0, 1, 8, 16, 20, 22, 26, 28, 32, 64, 256} {
@@ -343,6 +345,7 @@ func TestKVSizeBoundaryCompat(t *testing.T) {
 // TestKVCompactionEdgesCompat starts from a fresh store: the first compaction
 // of a store is special (etcd starts with compaction revision -1).
 func TestKVCompactionEdgesCompat(t *testing.T) {
+	t.Parallel()
 	p := startPair(t)
 	p.check(t, "setup", &pb.PutRequest{Key: []byte("a"), Value: []byte("1")})
 	p.check(t, "setup", &pb.PutRequest{Key: []byte("a"), Value: []byte("2")})

@@ -15,6 +15,7 @@ import (
 // newest revision as fast as it can. etcd never answers a Range at revision
 // 0 with "required revision has been compacted", however long the range.
 func TestRangeRevisionZeroUnderCompactionCompat(t *testing.T) {
+	t.Parallel()
 	p := startPair(t)
 	// The servers are independent: both run at once.
 	var wg sync.WaitGroup

@@ -13,6 +13,7 @@ import (
 // same revision: etcd's counts are always exact, so whatever a server
 // remembers from one Range must not change another's count.
 func TestRangeCountCompat(t *testing.T) {
+	t.Parallel()
 	p := startPair(t)
 	// Keys whose create and mod revisions are not in key order: later keys
 	// are created first, some are updated, one is deleted and recreated.

@@ -377,6 +377,7 @@ func opKind(req any) string {
 }
 
 func TestKVRandomCompat(t *testing.T) {
+	t.Parallel()
 	seeds := defaultSeeds
 	if *flagSeed != 0 {
 		seeds = []int64{*flagSeed}

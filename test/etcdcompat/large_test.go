@@ -30,6 +30,7 @@ const largeTimeout = 3 * time.Minute
 // of the prefix the same delete events, with prev_kv, at one revision in
 // the same number of responses.
 func TestLargeDeleteCompat(t *testing.T) {
+	t.Parallel()
 	n := *flagLargeKeys
 	switch {
 	case n > 0:

@@ -113,6 +113,7 @@ func (p *pair) checkState(t *testing.T, after string) {
 }
 
 func TestLeaseCompat(t *testing.T) {
+	t.Parallel()
 	t.Run("api", func(t *testing.T) {
 		p := startPair(t)
 		p.check(t, "setup", &pb.PutRequest{Key: []byte("plain"), Value: []byte("v")})

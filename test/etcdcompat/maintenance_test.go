@@ -16,6 +16,7 @@ import (
 // the candidate is checked against the invariants a single etcd node keeps,
 // and header revisions are compared with the reference.
 func TestMaintenanceCompat(t *testing.T) {
+	t.Parallel()
 	p := startPair(t)
 	for i := range 3 {
 		p.check(t, "setup", &pb.PutRequest{Key: []byte(fmt.Sprintf("m%d", i)), Value: []byte("v")})

@@ -88,6 +88,7 @@ func mirrorMetric(addr, name string) (float64, error) {
 // compares what both answer: Ranges at every revision, Watch from past
 // revisions, HashKV, the leases.
 func TestMirrorCompat(t *testing.T) {
+	t.Parallel()
 	skipInTenantMode(t)
 	if candidateKind != "fdb-etcd" {
 		t.Skip("mirrors into fdb-etcd only")

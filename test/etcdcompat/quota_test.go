@@ -105,6 +105,7 @@ func outcomeOf(_ any, err error) string {
 // that add data are refused and everything else works; compaction,
 // defragmentation and disarming bring writes back.
 func TestQuotaCompat(t *testing.T) {
+	t.Parallel()
 	p := startPairWith(t, pairOptions{quotaBytes: compatQuota})
 	both := func(what string, f func(s *server, self uint64) string) {
 		t.Helper()
