@@ -9,7 +9,7 @@ PKGS      := ./...
 # fault flags (cmd/fdb-etcd/testhooks.go). The robustness suite builds
 # fdb-etcd with it; TESTHOOKS_RUN are the tests that need it.
 TESTHOOKS     := fdbetcd_testhooks
-TESTHOOKS_RUN := Export|Journal|Faults
+TESTHOOKS_RUN := Export|Journal|ParseFaults|FaultsReporter
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
@@ -40,10 +40,13 @@ lint:
 
 # test is what CI runs: formatting, vet, the race-enabled unit and server
 # tests, and the differential test against a real embedded etcd (also with
-# fdb-etcd serving it to a tenant beside a busy second tenant).
+# fdb-etcd serving it to a tenant beside a busy second tenant). mvcc's crash
+# tests run once more without the race detector: under it they check only a
+# sample of their crash images (reopening an image is 40 times slower).
 test: lint
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 	$(GO) test -race -count=1 -timeout 30m -tags $(TESTHOOKS) -run '$(TESTHOOKS_RUN)' ./mvcc/ ./cmd/fdb-etcd/
+	$(GO) test -count=1 -run '^TestCrash' ./mvcc/
 	$(MAKE) --no-print-directory -j2 --output-sync=target etcdcompat etcdcompat-tenant
 	cd test/snapshot && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory robustness-short

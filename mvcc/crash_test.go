@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/revision"
 	"github.com/fdb-etcd/fdb-etcd/storage"
@@ -45,6 +46,7 @@ type crashImage struct {
 // must be consistent (dense revision log, history, latest index, chunks) and
 // hold every acknowledged revision exactly as acknowledged.
 func TestCrashConsistency(t *testing.T) {
+	testdb.PebbleOnly(t)
 	seeds := []uint64{1}
 	if os.Getenv("ROBUSTNESS_LONG") != "" { // make robustness
 		seeds = []uint64{1, 2, 3, 4, 5, 6}
@@ -64,6 +66,7 @@ func TestCrashConsistency(t *testing.T) {
 // TestCrashConsistencyControl: the same crashes with the WAL fsync off must
 // lose acknowledged writes, or the simulation above proves nothing.
 func TestCrashConsistencyControl(t *testing.T) {
+	testdb.PebbleOnly(t)
 	images := crashWorkload(t, 7, 3, true)
 	for i, img := range images {
 		if err := checkCrashImage(t, fmt.Sprint("image ", i), img); err != nil {

@@ -1,5 +1,5 @@
 //go:build !race
 
-package mvcc_test
+package mvcc
 
-const raceBuild = false
+const RaceBuild = false

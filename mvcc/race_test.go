@@ -1,7 +1,8 @@
 //go:build race
 
-package mvcc_test
+package mvcc
 
-// raceBuild: the sequencer checks its invariants in race builds, with
-// reads of its own that the round-trip counts include.
-const raceBuild = true
+// RaceBuild says the race detector is on: the sequencer then checks its
+// invariants, with reads of its own that the round-trip counts include, and
+// the slowest crash tests check a sample of their crash images.
+const RaceBuild = true

@@ -108,7 +108,7 @@ func TestRoundTripsPerRequest(t *testing.T) {
 		t.Logf("%s: %v", st.name, c)
 	}
 	golden := "roundtrips.golden"
-	if raceBuild {
+	if mvcc.RaceBuild {
 		golden = "roundtrips-race.golden" // with the sequencer's invariant reads
 	}
 	compareGolden(t, filepath.Join("testdata", golden), b.String())
@@ -165,7 +165,7 @@ func TestBatchReadsInOneRoundTrip(t *testing.T) {
 	defer mu.Unlock()
 	t.Logf("batches %v: %v", sizes, c)
 	want := c.Attempts
-	if raceBuild {
+	if mvcc.RaceBuild {
 		// The invariant checks read once per attempt and twice per
 		// revision written (128 here).
 		want = 2*c.Attempts + 2*128

@@ -34,6 +34,16 @@ func Main(m *testing.M) int {
 	return m.Run()
 }
 
+// PebbleOnly skips t on FoundationDB. It is for a test that opens Pebble
+// itself, on a crash-simulating filesystem: the backend under test does not
+// change what it runs, and the embedded run has run it already.
+func PebbleOnly(t testing.TB) {
+	t.Helper()
+	if Backend() != "pebble" {
+		t.Skip("opens Pebble itself; the run on the embedded backend covers it")
+	}
+}
+
 // Open returns a fresh, empty store, closed when t ends. Pebble runs without
 // fsync: these tests are about behaviour above the storage interface, and
 // durability has its own crash tests.
