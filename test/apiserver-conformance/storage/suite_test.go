@@ -28,6 +28,8 @@ var (
 	caseOrder []string
 
 	flagTable    = flag.String("table", "", "write the fdb-etcd vs etcd pass/fail table (markdown) to this file")
+	flagResults  = flag.String("results", "", "also write this run's results (JSON) to this file, for -merge")
+	flagMerge    = flag.String("merge", "", "comma-separated result files of earlier runs (-results): write their table (-table) and run no test")
 	flagBackends = flag.String("backends", envOr("CONFORMANCE_BACKENDS", "etcd,fdb-etcd,fdb-etcd-fdb"), "comma-separated backends to run: etcd (reference), fdb-etcd (embedded store), fdb-etcd-fdb (three replicas on FoundationDB, when it is found: see fdbetcd.EnvFDB)")
 )
 
@@ -50,6 +52,14 @@ func record(name, be string, r result) {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if *flagMerge != "" {
+		if err := loadResults(strings.Split(*flagMerge, ",")); err != nil {
+			fmt.Fprintln(os.Stderr, "storage:", err)
+			os.Exit(1)
+		}
+		writeTable()
+		os.Exit(0)
+	}
 	klog.SetLogger(logr.Discard())
 	stopFDB, err := startFDB()
 	if err != nil {
@@ -59,21 +69,34 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	stopFDB(code != 0)
 	fdbetcd.Cleanup()
-	if len(caseOrder) > 0 {
-		table := renderTable()
-		fmt.Print("\n" + table)
-		path := *flagTable
-		if path == "" {
-			path = os.Getenv("CONFORMANCE_TABLE")
-		}
-		if path != "" {
-			_ = os.MkdirAll(filepath.Dir(path), 0o755)
-			if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
-				fmt.Fprintln(os.Stderr, "writing table:", err)
-			}
+	if *flagResults != "" {
+		if err := saveResults(*flagResults); err != nil {
+			fmt.Fprintln(os.Stderr, "storage: writing results:", err)
+			code = 1
 		}
 	}
+	writeTable()
 	os.Exit(code)
+}
+
+// writeTable prints the pass/fail table of the recorded results and writes
+// it to -table (or $CONFORMANCE_TABLE).
+func writeTable() {
+	if len(caseOrder) == 0 {
+		return
+	}
+	table := renderTable()
+	fmt.Print("\n" + table)
+	path := *flagTable
+	if path == "" {
+		path = os.Getenv("CONFORMANCE_TABLE")
+	}
+	if path != "" {
+		_ = os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "writing table:", err)
+		}
+	}
 }
 
 // startFDB starts the run's FoundationDB cluster when the FoundationDB half
