@@ -1,5 +1,0 @@
-//go:build !race
-
-package mvcc
-
-const RaceBuild = false
