@@ -84,7 +84,7 @@ type slots struct {
 
 func newSlots(t *testing.T) slots {
 	t.Helper()
-	ports, err := freePorts(3)
+	ports, err := freePorts(t, 3)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,7 +129,7 @@ func startImportPair(t *testing.T, start refStarter) (*pair, int64) {
 	if candidateKind != "fdb-etcd" {
 		t.Skip("imports into fdb-etcd only")
 	}
-	ports, err := freePorts(3)
+	ports, err := freePorts(t, 3)
 	if err != nil {
 		t.Fatal(err)
 	}

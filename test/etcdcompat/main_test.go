@@ -10,8 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -193,36 +191,6 @@ type pair struct {
 	ref, cand *server
 }
 
-// freePorts returns n distinct loopback TCP ports that were free a moment
-// ago. They are drawn at random below Linux's ephemeral range (32768+), so
-// that outgoing connections (which take ephemeral ports) cannot grab them
-// between this check and the server's bind, and all n are held at once so
-// that they are distinct.
-func freePorts(n int) ([]int, error) {
-	var (
-		ports []int
-		ls    []net.Listener
-	)
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 1000 {
-			return nil, errors.New("no free loopback port found")
-		}
-		port := 20000 + mrand.IntN(12000)
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		ls = append(ls, l)
-		ports = append(ports, port)
-	}
-	return ports, nil
-}
-
 const memberName = "compat"
 
 // pairOptions configure both servers of a pair alike.
@@ -271,7 +239,7 @@ func startPairWith(t *testing.T, o pairOptions) *pair {
 
 // tryStartPair starts both servers in parallel on distinct ports.
 func tryStartPair(t *testing.T, o pairOptions) (ref, cand *server, err error) {
-	ports, err := freePorts(4)
+	ports, err := freePorts(t, 4)
 	if err != nil {
 		return nil, nil, err
 	}

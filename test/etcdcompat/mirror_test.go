@@ -93,7 +93,7 @@ func TestMirrorCompat(t *testing.T) {
 	if candidateKind != "fdb-etcd" {
 		t.Skip("mirrors into fdb-etcd only")
 	}
-	ports, err := freePorts(6)
+	ports, err := freePorts(t, 6)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -198,7 +198,12 @@ func noSpaceCases() []quotaCase {
 	k := []byte("fill/000000")
 	return []quotaCase{
 		{"small put", kvc(&pb.PutRequest{Key: []byte("x"), Value: []byte("1")})},
-		{"put with an empty key", kvc(&pb.PutRequest{Value: []byte("1")})},
+		// Both check the quota before validating, so whether an empty key
+		// is refused for its key or for the quota depends on the size the
+		// server last measured, which each fill leaves somewhere within one
+		// fill write of the quota: a value larger than a fill write's is
+		// past the quota on both until the recovery, and fits after it.
+		{"put with an empty key", kvc(&pb.PutRequest{Value: []byte(strings.Repeat("e", 20_000))})},
 		{"txn, put in the branch not taken", kvc(txn(nil, ops(get("x", "")), ops(put("x", "1"))))},
 		{"txn, put in a nested txn", kvc(txn(nil, ops(nested(nil, ops(put("x", "1")), nil)), nil))},
 		{"txn of ranges", kvc(txn(nil, ops(get("fill/", "fill0")), nil))},
