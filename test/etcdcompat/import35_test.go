@@ -77,6 +77,12 @@ func startEtcd35(t *testing.T, dir string, cport, pport int) (*server, func(), e
 		if err == nil {
 			break
 		}
+		select {
+		case <-exited: // its output is complete once it has exited
+			s.close()
+			return nil, nil, fmt.Errorf("etcd 3.5 exited before serving:\n%s", logs.String())
+		default:
+		}
 		if time.Now().After(deadline) {
 			s.close()
 			stop()
