@@ -205,6 +205,27 @@ func ReadBatch(tx ReadTx, keys [][]byte, ranges []RangeRead) ([][]byte, [][]KeyV
 	return vals, out, nil
 }
 
+// Snapshotter is an optional capability of a View's ReadTx: the snapshot
+// it reads, named so that the layer above can share what it reads of one
+// snapshot among the Views that read the same one (on FoundationDB,
+// concurrent Views share read versions). Two Views of one DB whose
+// Snapshot is the same non-zero value read the same data; a View that
+// starts after a commit through the DB returned, and does not say Recent,
+// has a greater Snapshot than any View that started before that commit.
+// An Update's transaction never has one: its reads must be its own, since
+// they are what its commit is checked against.
+type Snapshotter interface {
+	Snapshot() int64
+}
+
+// SnapshotOf is tx's Snapshot, 0 when it has none.
+func SnapshotOf(tx ReadTx) int64 {
+	if s, ok := tx.(Snapshotter); ok {
+		return s.Snapshot()
+	}
+	return 0
+}
+
 // Sizer is an optional capability: the approximate bytes the store uses on
 // disk, reported as etcd's db size.
 type Sizer interface {

@@ -475,8 +475,9 @@ func unknownIf(uncertain bool, err error) error {
 // run is the retry loop shared by Update, View and Size. attempt runs one try
 // on tr and reports whether it got as far as committing; reuseAge is how
 // old a version its first attempt may read at instead of a fresh one (0:
-// none), and reused tells attempt whether it does.
-func (d *DB) run(ctx context.Context, reuseAge time.Duration, attempt func(tr fdbgo.Transaction, reused bool) (committing bool, err error)) error {
+// none), and attempt learns the version it reads at and whether it was
+// reused.
+func (d *DB) run(ctx context.Context, reuseAge time.Duration, attempt func(tr fdbgo.Transaction, v attemptAt) (committing bool, err error)) error {
 	if err := d.enter(ctx); err != nil {
 		return err
 	}
@@ -498,13 +499,13 @@ func (d *DB) run(ctx context.Context, reuseAge time.Duration, attempt func(tr fd
 			reuseAge = 0
 		}
 		committing := false
-		reused, err := d.attemptVersion(ctx, tr, reuseAge)
+		at, err := d.attemptVersion(ctx, tr, reuseAge)
 		if err != nil {
 			if stop := stopped(ctx, d.abort); stop != nil {
 				return unknownIf(uncertain, stop)
 			}
 		} else {
-			committing, err = attempt(tr, reused)
+			committing, err = attempt(tr, at)
 		}
 		if err == nil {
 			return nil // a function that found its marker settles an unknown commit
@@ -556,7 +557,7 @@ func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 		reuseAge = max(d.writeAge, 0)
 	}
 	var unsure writeLog // the writes of attempts that may have committed
-	return d.run(ctx, reuseAge, func(tr fdbgo.Transaction, reused bool) (bool, error) {
+	return d.run(ctx, reuseAge, func(tr fdbgo.Transaction, v attemptAt) (bool, error) {
 		t := &tx{d: d, tr: tr, r: tr}
 		if err := fn(t); err != nil {
 			return false, err
@@ -564,7 +565,7 @@ func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 		if t.err != nil {
 			return false, t.err
 		}
-		if reused && t.writes.empty() {
+		if v.reused && t.writes.empty() {
 			// No keyspace key is empty: nothing reads this one but a range
 			// from the keyspace's start.
 			if err := tr.AddWriteConflictKey(fdbgo.Key(d.key(nil))); err != nil {
@@ -601,8 +602,8 @@ func (d *DB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
 	if storage.FreshnessOf(ctx) == storage.Recent {
 		reuseAge = max(d.recentAge, 0)
 	}
-	return d.run(ctx, reuseAge, func(tr fdbgo.Transaction, _ bool) (bool, error) {
-		return false, fn(&tx{d: d, tr: tr, r: tr.Snapshot()})
+	return d.run(ctx, reuseAge, func(tr fdbgo.Transaction, v attemptAt) (bool, error) {
+		return false, fn(&tx{d: d, tr: tr, r: tr.Snapshot(), snapshot: v.v})
 	})
 }
 
@@ -618,7 +619,7 @@ func (d *DB) Size() (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var n int64
-	err := d.run(ctx, 0, func(tr fdbgo.Transaction, _ bool) (bool, error) {
+	err := d.run(ctx, 0, func(tr fdbgo.Transaction, _ attemptAt) (bool, error) {
 		kr := fdbgo.KeyRange{Begin: fdbgo.Key(d.prefix), End: fdbgo.Key(d.prefixEnd)}
 		est, err := tr.GetEstimatedRangeSizeBytes(kr).Get()
 		if err != nil {
@@ -650,7 +651,7 @@ func (d *DB) RangeSize(begin, end []byte) (int64, error) {
 	defer cancel()
 	begin, end = clip(begin), clip(end)
 	var n int64
-	err := d.run(ctx, 0, func(tr fdbgo.Transaction, _ bool) (bool, error) {
+	err := d.run(ctx, 0, func(tr fdbgo.Transaction, _ attemptAt) (bool, error) {
 		kr := fdbgo.KeyRange{Begin: fdbgo.Key(d.key(begin)), End: fdbgo.Key(d.key(end))}
 		est, err := tr.GetEstimatedRangeSizeBytes(kr).Get()
 		if err != nil {
@@ -693,7 +694,15 @@ type tx struct {
 	// commit wakes; while empty the commit would not reach the cluster,
 	// which is what checks the reads for conflicts.
 	writes writeLog
+	// snapshot is a View's read version (storage.Snapshotter), 0 in an
+	// Update.
+	snapshot int64
 }
+
+// Snapshot names the snapshot a View reads: its read version. Reads at
+// one version see one state of the database, and a fresh read version is
+// above every version committed before it was requested.
+func (t *tx) Snapshot() int64 { return t.snapshot }
 
 func (t *tx) Get(key []byte) ([]byte, error) {
 	if t.err != nil {

@@ -85,23 +85,29 @@ func (l *latestKnown) recent(now time.Time, maxAge time.Duration) (int64, bool) 
 	return l.v, l.v > 0 && now.Sub(l.at) <= maxAge
 }
 
+// attemptAt is the read version an attempt reads at, and whether it was
+// reused instead of requested for it.
+type attemptAt struct {
+	v      int64
+	reused bool
+}
+
 // attemptVersion sets tr's read version for an attempt: the newest known
 // one if it was the latest at most maxAge ago (a storage.Recent View's or
-// an Update's first attempt; 0 for none), else a shared fresh one. It
-// reports whether it reused one.
-func (d *DB) attemptVersion(ctx context.Context, tr readVersionSetter, maxAge time.Duration) (reused bool, err error) {
+// an Update's first attempt; 0 for none), else a shared fresh one.
+func (d *DB) attemptVersion(ctx context.Context, tr readVersionSetter, maxAge time.Duration) (attemptAt, error) {
 	if maxAge > 0 {
 		if v, ok := d.latest.recent(d.now(), maxAge); ok {
 			tr.SetReadVersion(v)
-			return true, nil
+			return attemptAt{v: v, reused: true}, nil
 		}
 	}
 	v, err := d.sharedReadVersion(ctx)
 	if err != nil {
-		return false, err
+		return attemptAt{}, err
 	}
 	tr.SetReadVersion(v)
-	return false, nil
+	return attemptAt{v: v}, nil
 }
 
 // readVersionSetter is the part of a transaction attemptVersion needs.

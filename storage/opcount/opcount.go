@@ -11,7 +11,10 @@
 // in one more round trip, and a read-only one commits locally. A read of a
 // key the attempt has already read or written is answered by the
 // transaction's read-your-writes cache and costs no round trip (point reads
-// only: a key found absent by a range read is counted again).
+// only: a key found absent by a range read is counted again). Its Views do
+// not name their snapshot (storage.Snapshotter), so the counts are what a
+// request costs alone: reads that concurrent requests of one snapshot
+// share are counted in full.
 package opcount
 
 import (

@@ -25,6 +25,7 @@ type memDB struct {
 	mu       sync.Mutex
 	state    map[string][]byte // published; never modified
 	previous map[string][]byte // the state before the last commit (recentStale)
+	version  int64             // commits published, naming the snapshot state is
 	notify   chan struct{}
 	isClosed bool
 	closed   chan struct{}
@@ -70,6 +71,7 @@ type mutant struct {
 	scanNoStop      bool // Scan ignores fn returning false
 	scanNilEnd      bool // Scan treats a nil end as +inf
 	recentStale     bool // a Recent View reads the state before the last commit
+	snapshotFixed   bool // every View names the same snapshot
 
 	// Allowed behaviours the suite must accept.
 	repeatCommits bool // fn runs again after its commit (commit unknown result)
@@ -101,9 +103,16 @@ func (d *memDB) check(ctx context.Context) error {
 }
 
 func (d *memDB) snapshot() map[string][]byte {
+	state, _ := d.namedSnapshot()
+	return state
+}
+
+// namedSnapshot is the published state and its name (storage.Snapshotter):
+// its version, 1 before the first commit.
+func (d *memDB) namedSnapshot() (map[string][]byte, int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.state
+	return d.state, d.version + 1
 }
 
 func (d *memDB) stale() map[string][]byte {
@@ -118,6 +127,7 @@ func (d *memDB) stale() map[string][]byte {
 func (d *memDB) publish(next map[string][]byte) {
 	d.mu.Lock()
 	d.previous, d.state = d.state, next
+	d.version++
 	switch {
 	case d.m.wakeLate:
 		ch := d.notify
@@ -188,9 +198,13 @@ func (d *memDB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
 		if err := d.check(ctx); err != nil {
 			return err
 		}
-		t := &memTx{d: d, base: d.snapshot(), view: true}
+		t := &memTx{d: d, view: true}
+		t.base, t.snap = d.namedSnapshot()
 		if d.m.recentStale && storage.FreshnessOf(ctx) == storage.Recent {
 			t.base = d.stale()
+		}
+		if d.m.snapshotFixed {
+			t.snap = 1
 		}
 		t.work = t.base
 		err := fn(t)
@@ -263,8 +277,11 @@ type memTx struct {
 	noClear map[string][]byte // work without ClearRanges (noClearRangeRYW)
 	ops     []func(map[string][]byte)
 	view    bool
+	snap    int64 // a View's snapshot name
 	bytes   int
 }
+
+func (t *memTx) Snapshot() int64 { return t.snap }
 
 func (t *memTx) compare(a, b []byte) int {
 	if !t.d.m.signedOrder {

@@ -62,6 +62,7 @@ var tests = []test{
 	{"GetRangePaging", testGetRangePaging},
 	{"Scanner", testScanner},
 	{"Scan", testScan},
+	{"Snapshotter", testSnapshotter},
 	{"KeyOrder", testKeyOrder},
 	{"ClearRange", testClearRange},
 	{"ReadYourWrites", testReadYourWrites},
@@ -1963,5 +1964,84 @@ func testStrinc(t *testing.T, _ storage.DB) {
 		if bytes.HasPrefix(end, b(p)) {
 			t.Errorf("Strinc(%q) = %q itself has the prefix", p, end)
 		}
+	}
+}
+
+// testSnapshotter: Views that name the same snapshot read the same data,
+// concurrent with commits, Latest and Recent alike; a Latest View after a
+// commit names a newer snapshot than one before it; an Update names none.
+func testSnapshotter(t *testing.T, db storage.DB) {
+	k := b("snapshot")
+	update(t, db, func(tx storage.Tx) error {
+		if s := storage.SnapshotOf(tx); s != 0 {
+			t.Errorf("an Update's transaction names snapshot %d", s)
+		}
+		tx.Set(k, b("0"))
+		return nil
+	})
+	read := func(ctx context.Context) (snap int64, val string) {
+		err := db.View(ctx, func(tx storage.ReadTx) error {
+			v, err := tx.Get(k)
+			snap, val = storage.SnapshotOf(tx), string(v)
+			return err
+		})
+		if err != nil {
+			t.Errorf("View: %v", err) // Errorf: the readers below run on goroutines of their own
+			return -1, ""
+		}
+		return snap, val
+	}
+	before, _ := read(testCtx(t))
+	if before == 0 {
+		t.Skip("backend's Views do not implement storage.Snapshotter")
+	}
+	update(t, db, func(tx storage.Tx) error { tx.Set(k, b("1")); return nil })
+	if after, v := read(testCtx(t)); after <= before || v != "1" {
+		t.Errorf("a View after a commit: snapshot %d reading %q, want above %d reading \"1\"", after, v, before)
+	}
+	var (
+		views atomic.Int64
+		mu    sync.Mutex
+		seen  = map[int64]string{}
+		wg    sync.WaitGroup
+		stop  = make(chan struct{})
+		fresh = []storage.Freshness{storage.Latest, storage.Recent}
+	)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := storage.WithFreshness(testCtx(t), fresh[g%2])
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				snap, v := read(ctx)
+				if snap < 0 {
+					return
+				}
+				views.Add(1)
+				mu.Lock()
+				if prev, ok := seen[snap]; ok && prev != v {
+					t.Errorf("two Views of snapshot %d read %q and %q", snap, prev, v)
+				}
+				seen[snap] = v
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := 2; i < 100; i++ {
+		update(t, db, func(tx storage.Tx) error { tx.Set(k, b(fmt.Sprint(i))); return nil })
+		// Let Views read between the commits, however fast they are.
+		for n, deadline := views.Load(), time.Now().Add(5*time.Second); views.Load() < n+2 && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if len(seen) < 2 {
+		t.Errorf("Views under 98 commits named %d snapshots", len(seen))
 	}
 }

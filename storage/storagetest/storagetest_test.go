@@ -65,6 +65,7 @@ var mutants = []struct {
 	{m: mutant{name: "bigTxFails", bigTxFails: true}, kills: []string{"LargeTransaction"}},
 	{m: mutant{name: "loseCommits", loseCommits: true}, kills: []string{"IdempotentRepeats", "SerializableCounter"}},
 	{m: mutant{name: "recentStale", recentStale: true}, kills: []string{"RecentViewMonotonic"}},
+	{m: mutant{name: "snapshotFixed", snapshotFixed: true}, kills: []string{"Snapshotter"}},
 
 	{m: mutant{name: "repeatCommits", repeatCommits: true}, benign: true},
 	{m: mutant{name: "spuriousWake", spuriousWake: true}, benign: true},
