@@ -80,6 +80,7 @@ type Store struct {
 	compactWaiters []compactWaiter
 
 	counts *countCache // range counts, so counting need not scan (countcache.go)
+	states stateShare  // the newest snapshot's state, read once (stateshare.go)
 	tail   *logTail    // the revisions this store committed last (tail.go)
 
 	watchSizes watchSizes // sizes watch-log reads meet (watchread.go)
@@ -164,15 +165,15 @@ func (s *Store) DB() storage.DB { return s.db }
 // Rev returns the current revision and the compacted revision.
 func (s *Store) Rev(ctx context.Context) (rev, compacted int64, err error) {
 	err = s.db.View(ctx, func(tx storage.ReadTx) error {
-		h, c, err := readState(tx)
-		rev, compacted = h.Rev, c.Requested
+		f, err := readFirst(tx, firstReads{}, &s.states)
+		rev, compacted = f.head.Rev, f.comp.Requested
 		return err
 	})
 	return rev, compacted, err
 }
 
 func readState(tx storage.ReadTx) (revision.Head, compaction, error) {
-	f, err := readFirst(tx, firstReads{})
+	f, err := readFirst(tx, firstReads{}, nil)
 	return f.head, f.comp, err
 }
 
@@ -208,31 +209,113 @@ type firstRead struct {
 
 // readFirst reads the state and what want names in one round trip. A
 // single key read at the head costs two reads (the head and the key's
-// newest version) instead of four: on FoundationDB each read is a request
-// that the client's one network thread and the storage server handle, and
-// those requests, not the round trip, bound how many Ranges a process
-// serves.
-func readFirst(tx storage.ReadTx, want firstReads) (firstRead, error) {
-	if want.atHead {
-		return readFirstAtHead(tx, want)
-	}
+// newest version) instead of four, and one when another View of the same
+// snapshot reads the state (share, stateshare.go): on FoundationDB each
+// read is a request that the client's one network thread and the storage
+// server handle, and those requests, not the round trip, bound how many
+// Ranges a process serves.
+func readFirst(tx storage.ReadTx, want firstReads, share *stateShare) (firstRead, error) {
 	var f firstRead
-	var keys [][]byte
-	if want.key != nil {
-		keys = append(keys, keyspace.Latest(want.key))
+	// A page of a range reads many index entries in the same round trip:
+	// it does not lead, so that no GET waits for a LIST's page.
+	st, lead := share.join(storage.SnapshotOf(tx), want.index == nil)
+	role := stateOwn
+	switch {
+	case lead:
+		role = stateLead
+	case st != nil:
+		role = stateFollow
 	}
-	// The head and the compaction record are one range read, one request.
-	mb, me := keyspace.HeadAndCompaction()
-	ranges := []storage.RangeRead{{Begin: mb, End: me}}
-	if want.index != nil {
-		ranges = append(ranges, *want.index)
+	plan := planFirst(want, role)
+	vals, kvs, err := storage.ReadBatch(tx, plan.keys, plan.ranges)
+	if err == nil {
+		switch {
+		case plan.headAt >= 0:
+			f.head, err = revision.DecodeHead(vals[plan.headAt])
+		case plan.stateAt >= 0:
+			f.head, f.comp, err = decodeState(kvs[plan.stateAt])
+		default:
+			var ok bool
+			if f.head, f.comp, ok = st.wait(); !ok {
+				f.head, f.comp, err = readOwnState(tx)
+			}
+		}
 	}
-	vals, kvs, err := storage.ReadBatch(tx, keys, ranges)
+	if lead {
+		st.publish(f.head, f.comp, err)
+	}
 	if err != nil {
 		return f, err
 	}
+	switch {
+	case want.atHead:
+		if len(kvs[0]) == 1 {
+			f.key.newest = &kvs[0][0]
+		}
+	case want.key != nil:
+		f.key.latest, f.key.latestRead = vals[0], true
+	}
+	if want.index != nil {
+		f.index = kvs[plan.indexAt]
+	}
+	return f, nil
+}
+
+// firstPlan is what readFirst's round trip reads, and where in its answer
+// the state is: the head alone at keys[headAt], the head and the
+// compaction record at ranges[stateAt], or neither (both -1) when another
+// View of the snapshot reads them.
+type firstPlan struct {
+	keys            [][]byte
+	ranges          []storage.RangeRead
+	headAt, stateAt int
+	indexAt         int // where want.index's entries are
+}
+
+// stateRole is how a View takes part in reading its snapshot's state.
+type stateRole int
+
+const (
+	stateOwn    stateRole = iota // reads it for itself alone
+	stateLead                    // reads it for every View of its snapshot
+	stateFollow                  // takes what the leading View read
+)
+
+func planFirst(want firstReads, role stateRole) firstPlan {
+	p := firstPlan{headAt: -1, stateAt: -1, indexAt: -1}
+	switch {
+	case want.atHead:
+		h := keyspace.HistoryPrefix(want.key)
+		p.ranges = append(p.ranges, storage.RangeRead{Begin: h, End: storage.Strinc(h), Opt: storage.RangeOptions{Limit: 1, Reverse: true}})
+	case want.key != nil:
+		p.keys = append(p.keys, keyspace.Latest(want.key))
+	}
+	if want.index != nil {
+		p.indexAt = len(p.ranges)
+		p.ranges = append(p.ranges, *want.index)
+	}
+	switch {
+	case role == stateFollow:
+	case role == stateOwn && want.atHead:
+		// No compaction passes the head: the head alone.
+		p.headAt = len(p.keys)
+		p.keys = append(p.keys, keyspace.Head)
+	default:
+		// The head and the compaction record are one range read, one
+		// request; the leading View reads both for the Views that follow
+		// it, whatever they read.
+		mb, me := keyspace.HeadAndCompaction()
+		p.stateAt = len(p.ranges)
+		p.ranges = append(p.ranges, storage.RangeRead{Begin: mb, End: me})
+	}
+	return p
+}
+
+// decodeState decodes the head and the compaction record from a read of
+// keyspace.HeadAndCompaction.
+func decodeState(kvs []storage.KeyValue) (revision.Head, compaction, error) {
 	var head, comp []byte
-	for _, kv := range kvs[0] {
+	for _, kv := range kvs {
 		switch {
 		case bytes.Equal(kv.Key, keyspace.Head):
 			head = kv.Value
@@ -240,38 +323,23 @@ func readFirst(tx storage.ReadTx, want firstReads) (firstRead, error) {
 			comp = kv.Value
 		}
 	}
-	if f.head, err = revision.DecodeHead(head); err != nil {
-		return f, err
+	h, err := revision.DecodeHead(head)
+	if err != nil {
+		return h, compaction{}, err
 	}
-	if f.comp, err = decodeCompaction(comp); err != nil {
-		return f, err
-	}
-	if want.key != nil {
-		f.key.latest, f.key.latestRead = vals[0], true
-	}
-	if want.index != nil {
-		f.index = kvs[1]
-	}
-	return f, nil
+	c, err := decodeCompaction(comp)
+	return h, c, err
 }
 
-// readFirstAtHead is readFirst of a single key at the head: the head, and
-// the key's newest version.
-func readFirstAtHead(tx storage.ReadTx, want firstReads) (firstRead, error) {
-	var f firstRead
-	p := keyspace.HistoryPrefix(want.key)
-	ranges := []storage.RangeRead{{Begin: p, End: storage.Strinc(p), Opt: storage.RangeOptions{Limit: 1, Reverse: true}}}
-	vals, kvs, err := storage.ReadBatch(tx, [][]byte{keyspace.Head}, ranges)
+// readOwnState reads the state in a round trip of its own: a View whose
+// leading View's read failed.
+func readOwnState(tx storage.ReadTx) (revision.Head, compaction, error) {
+	mb, me := keyspace.HeadAndCompaction()
+	kvs, err := tx.GetRange(mb, me, storage.RangeOptions{})
 	if err != nil {
-		return f, err
+		return revision.Head{}, compaction{}, err
 	}
-	if f.head, err = revision.DecodeHead(vals[0]); err != nil {
-		return f, err
-	}
-	if len(kvs[0]) == 1 {
-		f.key.newest = &kvs[0][0]
-	}
-	return f, nil
+	return decodeState(kvs)
 }
 
 // entry is key's entry at rev, from what the state's round trip read of it.
