@@ -41,6 +41,14 @@ func buildEtcd35(t *testing.T) string {
 	return etcd35.bin
 }
 
+// removeEtcd35 removes the etcd 3.5 binary buildEtcd35 built, if it did
+// (35 MB in a directory of its own per test process).
+func removeEtcd35() {
+	if etcd35.bin != "" {
+		os.RemoveAll(filepath.Dir(etcd35.bin))
+	}
+}
+
 // startEtcd35 runs etcd 3.5 on dir as a single member.
 func startEtcd35(t *testing.T, dir string, cport, pport int) (*server, func(), error) {
 	bin := buildEtcd35(t)

@@ -102,6 +102,7 @@ func TestMain(m *testing.M) {
 		} else {
 			fmt.Fprintf(os.Stderr, "etcdcompat: candidate is a second embedded etcd (%s=etcd, harness self-test)\n", envCandidate)
 		}
+		defer removeEtcd35()
 		return m.Run()
 	}()
 	os.Exit(code)
