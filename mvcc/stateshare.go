@@ -37,25 +37,26 @@ type sharedState struct {
 	err  error // the first View's read failed: the others read their own
 }
 
-// join returns the shared state of snapshot snap and whether the caller
-// reads it (and must publish it); nil when snap is 0, s is nil, a newer
+// join returns the shared state of snapshot snap and the caller's part in
+// reading it: stateLead (it reads the state and must publish it),
+// stateFollow, or stateOwn (nil state) when snap is 0, s is nil, a newer
 // snapshot is shared already, or snap is new and the caller cannot lead:
 // the others wait for the leader's whole round trip, so only a View whose
 // own reads are small leads.
-func (s *stateShare) join(snap int64, canLead bool) (st *sharedState, lead bool) {
+func (s *stateShare) join(snap int64, canLead bool) (*sharedState, stateRole) {
 	if s == nil || snap == 0 {
-		return nil, false
+		return nil, stateOwn
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case snap == s.snap:
-		return s.cur, false
+		return s.cur, stateFollow
 	case snap < s.snap, !canLead:
-		return nil, false
+		return nil, stateOwn
 	}
 	s.snap, s.cur = snap, &sharedState{done: make(chan struct{})}
-	return s.cur, true
+	return s.cur, stateLead
 }
 
 // publish hands the state its first View read to the others.

@@ -218,14 +218,7 @@ func readFirst(tx storage.ReadTx, want firstReads, share *stateShare) (firstRead
 	var f firstRead
 	// A page of a range reads many index entries in the same round trip:
 	// it does not lead, so that no GET waits for a LIST's page.
-	st, lead := share.join(storage.SnapshotOf(tx), want.index == nil)
-	role := stateOwn
-	switch {
-	case lead:
-		role = stateLead
-	case st != nil:
-		role = stateFollow
-	}
+	st, role := share.join(storage.SnapshotOf(tx), want.index == nil)
 	plan := planFirst(want, role)
 	vals, kvs, err := storage.ReadBatch(tx, plan.keys, plan.ranges)
 	if err == nil {
@@ -241,7 +234,7 @@ func readFirst(tx storage.ReadTx, want firstReads, share *stateShare) (firstRead
 			}
 		}
 	}
-	if lead {
+	if role == stateLead {
 		st.publish(f.head, f.comp, err)
 	}
 	if err != nil {

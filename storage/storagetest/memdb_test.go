@@ -25,7 +25,7 @@ type memDB struct {
 	mu       sync.Mutex
 	state    map[string][]byte // published; never modified
 	previous map[string][]byte // the state before the last commit (recentStale)
-	version  int64             // commits published, naming the snapshot state is
+	version  int64             // commits published so far: the name of state's snapshot
 	notify   chan struct{}
 	isClosed bool
 	closed   chan struct{}
