@@ -127,7 +127,7 @@ func (s *Store) rangeAttempt(ctx context.Context, r *pb.RangeRequest, withCount 
 		var res pageResult
 		err := s.db.View(ctx, func(tx storage.ReadTx) error {
 			var err error
-			res, err = q.readPage(tx, s.counts, &s.states, first)
+			res, err = q.readPage(ctx, tx, s.counts, &s.states, first)
 			return err
 		})
 		if err != nil {
@@ -182,11 +182,11 @@ func (q *rangeScan) apply(res pageResult, first bool) bool {
 
 // readPage reads the scan's next page in tx; the first page also fixes the
 // revision and consults the count cache.
-func (q *rangeScan) readPage(tx storage.ReadTx, counts *countCache, states *stateShare, first bool) (pageResult, error) {
+func (q *rangeScan) readPage(ctx context.Context, tx storage.ReadTx, counts *countCache, states *stateShare, first bool) (pageResult, error) {
 	r := q.r
 	res := pageResult{head: q.head, rev: q.rev, cached: q.cached}
 	want := q.firstReads(first)
-	f, err := readFirst(tx, want, states)
+	f, err := readFirst(ctx, tx, want, states)
 	if err != nil {
 		return res, err
 	}

@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"context"
 	"sync"
 
 	"github.com/fdb-etcd/fdb-etcd/revision"
@@ -68,8 +69,14 @@ func (st *sharedState) publish(head revision.Head, comp compaction, err error) {
 // wait returns the published state. The first View reads at the same
 // snapshot as the caller, so it answers about when the caller's own read
 // of the state would have; a failed read (its transaction cancelled with
-// its request, say) says so, and the caller reads its own.
-func (st *sharedState) wait() (revision.Head, compaction, bool) {
-	<-st.done
-	return st.head, st.comp, st.err == nil
+// its request, say) says so, and the caller reads its own. The caller's
+// own request may end first: it then stops waiting with its context's
+// error, as its own read would have.
+func (st *sharedState) wait(ctx context.Context) (revision.Head, compaction, bool, error) {
+	select {
+	case <-st.done:
+		return st.head, st.comp, st.err == nil, nil
+	case <-ctx.Done():
+		return revision.Head{}, compaction{}, false, ctx.Err()
+	}
 }

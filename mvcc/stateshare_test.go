@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
@@ -14,10 +15,13 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
-// namedDB names the snapshot of its Views with a number each Update bumps
-// once it returns (sound for a test with no View during a write), and
-// counts the Views' reads of the head. Its transactions hide the backend's
-// own snapshot names, so what is shared is decided by this test alone.
+// namedDB names the snapshot of its Views with a number each Update that
+// writes bumps once it returns (sound for a test with no View during a
+// write), and counts the Views' reads of the head. Its transactions hide
+// the backend's own snapshot names, so what is shared is decided by this
+// test alone. An Update that writes nothing (the compactor's look when the
+// store opens, say, which may come at any moment of the test) leaves the
+// snapshot as it was.
 type namedDB struct {
 	storage.DB
 	snap      atomic.Int64
@@ -25,8 +29,29 @@ type namedDB struct {
 }
 
 func (d *namedDB) Update(ctx context.Context, fn func(storage.Tx) error) error {
-	defer d.snap.Add(1)
-	return d.DB.Update(ctx, fn)
+	var wrote bool
+	defer func() {
+		if wrote {
+			d.snap.Add(1)
+		}
+	}()
+	return d.DB.Update(ctx, func(tx storage.Tx) error {
+		wrote = false // this attempt's writes are the ones committed
+		return fn(&writeTx{Tx: tx, wrote: &wrote})
+	})
+}
+
+// writeTx notes that its transaction writes.
+type writeTx struct {
+	storage.Tx
+	wrote *bool
+}
+
+func (t *writeTx) Set(key, value []byte) { *t.wrote = true; t.Tx.Set(key, value) }
+func (t *writeTx) Clear(key []byte)      { *t.wrote = true; t.Tx.Clear(key) }
+func (t *writeTx) ClearRange(begin, end []byte) {
+	*t.wrote = true
+	t.Tx.ClearRange(begin, end)
 }
 
 func (d *namedDB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
@@ -166,7 +191,7 @@ func TestStateFollowersReadTheirOwnWhenTheLeaderFails(t *testing.T) {
 	want := firstReads{key: []byte("k"), atHead: true}
 	go func() {
 		leader <- db.View(ctx, func(tx storage.ReadTx) error {
-			_, err := readFirst(&namedTx{ReadTx: tx, snap: 1, heads: &heads, blocked: blocked, block: release, fail: failure}, want, &share)
+			_, err := readFirst(ctx, &namedTx{ReadTx: tx, snap: 1, heads: &heads, blocked: blocked, block: release, fail: failure}, want, &share)
 			return err
 		})
 	}()
@@ -177,7 +202,7 @@ func TestStateFollowersReadTheirOwnWhenTheLeaderFails(t *testing.T) {
 		var f firstRead
 		err := db.View(ctx, func(tx storage.ReadTx) error {
 			var err error
-			f, err = readFirst(&namedTx{ReadTx: tx, snap: 1, heads: &heads}, want, &share)
+			f, err = readFirst(ctx, &namedTx{ReadTx: tx, snap: 1, heads: &heads}, want, &share)
 			return err
 		})
 		if err != nil || f.head.Rev != resp.Header.Revision || f.key.newest == nil {
@@ -191,5 +216,60 @@ func TestStateFollowersReadTheirOwnWhenTheLeaderFails(t *testing.T) {
 	<-followed
 	if n := heads.Load(); n != 2 {
 		t.Errorf("the head was read %d times, want twice (the failed lead, the follower's own)", n)
+	}
+}
+
+// TestStateFollowersStopWithTheirRequests: a View waiting for the state
+// that another View of its snapshot reads stops when its own request ends,
+// however long the other's read takes.
+func TestStateFollowersStopWithTheirRequests(t *testing.T) {
+	db := testdb.Open(t)
+	s, err := Open(db, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		share   stateShare
+		heads   atomic.Int64
+		leader  = make(chan error, 1)
+		blocked = make(chan struct{})
+		release = make(chan struct{})
+	)
+	want := firstReads{key: []byte("k"), atHead: true}
+	go func() {
+		leader <- db.View(ctx, func(tx storage.ReadTx) error {
+			_, err := readFirst(ctx, &namedTx{ReadTx: tx, snap: 1, heads: &heads, blocked: blocked, block: release}, want, &share)
+			return err
+		})
+	}()
+	<-blocked // the leader has joined and waits in its read
+	reqCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	followed, reading, through := make(chan error, 1), make(chan struct{}), make(chan struct{})
+	close(through)
+	go func() {
+		followed <- db.View(reqCtx, func(tx storage.ReadTx) error {
+			_, err := readFirst(reqCtx, &namedTx{ReadTx: tx, snap: 1, heads: &heads, blocked: reading, block: through}, want, &share)
+			return err
+		})
+	}()
+	<-reading // the follower has joined and sends its own reads
+	cancel()
+	select {
+	case err := <-followed:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the follower whose request ended: %v, want %v", err, context.Canceled)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("the follower whose request ended still waits for the leader after 30 s")
+	}
+	close(release)
+	if err := <-leader; err != nil {
+		t.Errorf("the leader: %v", err)
 	}
 }

@@ -165,7 +165,7 @@ func (s *Store) DB() storage.DB { return s.db }
 // Rev returns the current revision and the compacted revision.
 func (s *Store) Rev(ctx context.Context) (rev, compacted int64, err error) {
 	err = s.db.View(ctx, func(tx storage.ReadTx) error {
-		f, err := readFirst(tx, firstReads{}, &s.states)
+		f, err := readFirst(ctx, tx, firstReads{}, &s.states)
 		rev, compacted = f.head.Rev, f.comp.Requested
 		return err
 	})
@@ -173,7 +173,7 @@ func (s *Store) Rev(ctx context.Context) (rev, compacted int64, err error) {
 }
 
 func readState(tx storage.ReadTx) (revision.Head, compaction, error) {
-	f, err := readFirst(tx, firstReads{}, nil)
+	f, err := readFirst(context.Background(), tx, firstReads{}, nil)
 	return f.head, f.comp, err
 }
 
@@ -214,7 +214,7 @@ type firstRead struct {
 // read is a request that the client's one network thread and the storage
 // server handle, and those requests, not the round trip, bound how many
 // Ranges a process serves.
-func readFirst(tx storage.ReadTx, want firstReads, share *stateShare) (firstRead, error) {
+func readFirst(ctx context.Context, tx storage.ReadTx, want firstReads, share *stateShare) (firstRead, error) {
 	var f firstRead
 	// A page of a range reads many index entries in the same round trip:
 	// it does not lead, so that no GET waits for a LIST's page.
@@ -229,7 +229,7 @@ func readFirst(tx storage.ReadTx, want firstReads, share *stateShare) (firstRead
 			f.head, f.comp, err = decodeState(kvs[plan.stateAt])
 		default:
 			var ok bool
-			if f.head, f.comp, ok = st.wait(); !ok {
+			if f.head, f.comp, ok, err = st.wait(ctx); err == nil && !ok {
 				f.head, f.comp, err = readOwnState(tx)
 			}
 		}
