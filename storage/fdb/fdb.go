@@ -104,6 +104,7 @@ type DB struct {
 	sharing  versionSharing
 	latest   latestKnown
 	wakes    wakeRegistry
+	txs      txPool
 
 	// Every call is bracketed by enter/leave so that Close can wait for the
 	// calls in flight and fail the ones that start after it.
@@ -482,14 +483,13 @@ func (d *DB) run(ctx context.Context, reuseAge time.Duration, attempt func(tr fd
 		return err
 	}
 	defer d.leave()
-	tr, err := d.db.CreateTransaction()
+	tr, err := d.txs.take(d.db)
 	if err != nil {
 		return mapError(err)
 	}
 	// Canceling the transaction ends whatever it waits for (a read, the
 	// commit, OnError's backoff) with transaction_cancelled.
-	defer context.AfterFunc(ctx, tr.Cancel)()
-	defer context.AfterFunc(d.abort, tr.Cancel)()
+	defer d.txs.cancelOn(tr, ctx, d.abort)()
 	uncertain := false
 	for retries := 0; ; retries++ {
 		if err := stopped(ctx, d.closing); err != nil {

@@ -158,11 +158,11 @@ func (d *DB) fetchVersions(b *versionBatch) {
 // fetchVersion gets one read version, timing it and watching for
 // recoveries.
 func (d *DB) fetchVersion() (int64, error) {
-	tr, err := d.db.CreateTransaction()
+	tr, err := d.txs.take(d.db)
 	if err != nil {
 		return 0, mapError(err)
 	}
-	defer context.AfterFunc(d.abort, tr.Cancel)()
+	defer d.txs.cancelOn(tr, context.Background(), d.abort)()
 	start := d.now()
 	rv, err := tr.GetReadVersion().Get()
 	if err != nil {
