@@ -165,10 +165,22 @@ func TestViewsOfOneSnapshotReadItsStateOnce(t *testing.T) {
 	}
 }
 
-// TestStateFollowersReadTheirOwnWhenTheLeaderFails: a View waiting for the
-// state that another View of its snapshot reads gets a correct state of
-// its own when that read fails.
-func TestStateFollowersReadTheirOwnWhenTheLeaderFails(t *testing.T) {
+// heldLead is a store with key k written and a View that leads the
+// reading of snapshot 1's state (share) and holds its read until release
+// is closed.
+type heldLead struct {
+	db      storage.DB
+	rev     int64 // k's write
+	share   stateShare
+	heads   atomic.Int64
+	want    firstReads
+	release chan struct{}
+	done    chan error // the leading View's result
+}
+
+// holdLead starts the leading View, whose read fails with fail once
+// released (nil: it succeeds), and returns once it waits in its read.
+func holdLead(t *testing.T, fail error) *heldLead {
 	db := testdb.Open(t)
 	s, err := Open(db, Config{})
 	if err != nil {
@@ -180,41 +192,57 @@ func TestStateFollowersReadTheirOwnWhenTheLeaderFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		share   stateShare
-		heads   atomic.Int64
-		failure = errors.New("the leader's read failed")
-		leader  = make(chan error, 1)
-		blocked = make(chan struct{})
-		release = make(chan struct{})
-	)
-	want := firstReads{key: []byte("k"), atHead: true}
+	h := &heldLead{db: db, rev: resp.Header.Revision, want: firstReads{key: []byte("k"), atHead: true},
+		release: make(chan struct{}), done: make(chan error, 1)}
+	blocked := make(chan struct{})
 	go func() {
-		leader <- db.View(ctx, func(tx storage.ReadTx) error {
-			_, err := readFirst(ctx, &namedTx{ReadTx: tx, snap: 1, heads: &heads, blocked: blocked, block: release, fail: failure}, want, &share)
+		h.done <- db.View(ctx, func(tx storage.ReadTx) error {
+			_, err := readFirst(ctx, &namedTx{ReadTx: tx, snap: 1, heads: &h.heads, blocked: blocked, block: h.release, fail: fail}, h.want, &h.share)
 			return err
 		})
 	}()
-	<-blocked // the leader has joined and waits in its read
+	<-blocked
+	return h
+}
+
+// follow reads snapshot 1's state in a View of its own with ctx, which
+// follows the held lead; reading, when not nil, is closed once it sends
+// its own reads.
+func (h *heldLead) follow(ctx context.Context, reading chan struct{}) (firstRead, error) {
+	var through chan struct{}
+	if reading != nil {
+		through = make(chan struct{})
+		close(through)
+	}
+	var f firstRead
+	err := h.db.View(ctx, func(tx storage.ReadTx) error {
+		var err error
+		f, err = readFirst(ctx, &namedTx{ReadTx: tx, snap: 1, heads: &h.heads, blocked: reading, block: through}, h.want, &h.share)
+		return err
+	})
+	return f, err
+}
+
+// TestStateFollowersReadTheirOwnWhenTheLeaderFails: a View waiting for the
+// state that another View of its snapshot reads gets a correct state of
+// its own when that read fails.
+func TestStateFollowersReadTheirOwnWhenTheLeaderFails(t *testing.T) {
+	failure := errors.New("the leader's read failed")
+	h := holdLead(t, failure)
 	followed := make(chan struct{})
 	go func() {
 		defer close(followed)
-		var f firstRead
-		err := db.View(ctx, func(tx storage.ReadTx) error {
-			var err error
-			f, err = readFirst(ctx, &namedTx{ReadTx: tx, snap: 1, heads: &heads}, want, &share)
-			return err
-		})
-		if err != nil || f.head.Rev != resp.Header.Revision || f.key.newest == nil {
-			t.Errorf("the follower read head %d, key %v, error %v; want head %d and the key", f.head.Rev, f.key.newest, err, resp.Header.Revision)
+		f, err := h.follow(context.Background(), nil)
+		if err != nil || f.head.Rev != h.rev || f.key.newest == nil {
+			t.Errorf("the follower read head %d, key %v, error %v; want head %d and the key", f.head.Rev, f.key.newest, err, h.rev)
 		}
 	}()
-	close(release)
-	if err := <-leader; !errors.Is(err, failure) {
+	close(h.release)
+	if err := <-h.done; !errors.Is(err, failure) {
 		t.Errorf("the leader's View: %v, want its read's failure", err)
 	}
 	<-followed
-	if n := heads.Load(); n != 2 {
+	if n := h.heads.Load(); n != 2 {
 		t.Errorf("the head was read %d times, want twice (the failed lead, the follower's own)", n)
 	}
 }
@@ -223,40 +251,13 @@ func TestStateFollowersReadTheirOwnWhenTheLeaderFails(t *testing.T) {
 // that another View of its snapshot reads stops when its own request ends,
 // however long the other's read takes.
 func TestStateFollowersStopWithTheirRequests(t *testing.T) {
-	db := testdb.Open(t)
-	s, err := Open(db, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	ctx := context.Background()
-	if _, err := s.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
-		t.Fatal(err)
-	}
-	var (
-		share   stateShare
-		heads   atomic.Int64
-		leader  = make(chan error, 1)
-		blocked = make(chan struct{})
-		release = make(chan struct{})
-	)
-	want := firstReads{key: []byte("k"), atHead: true}
-	go func() {
-		leader <- db.View(ctx, func(tx storage.ReadTx) error {
-			_, err := readFirst(ctx, &namedTx{ReadTx: tx, snap: 1, heads: &heads, blocked: blocked, block: release}, want, &share)
-			return err
-		})
-	}()
-	<-blocked // the leader has joined and waits in its read
-	reqCtx, cancel := context.WithCancel(ctx)
+	h := holdLead(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	followed, reading, through := make(chan error, 1), make(chan struct{}), make(chan struct{})
-	close(through)
+	followed, reading := make(chan error, 1), make(chan struct{})
 	go func() {
-		followed <- db.View(reqCtx, func(tx storage.ReadTx) error {
-			_, err := readFirst(reqCtx, &namedTx{ReadTx: tx, snap: 1, heads: &heads, blocked: reading, block: through}, want, &share)
-			return err
-		})
+		_, err := h.follow(ctx, reading)
+		followed <- err
 	}()
 	<-reading // the follower has joined and sends its own reads
 	cancel()
@@ -268,8 +269,8 @@ func TestStateFollowersStopWithTheirRequests(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Errorf("the follower whose request ended still waits for the leader after 30 s")
 	}
-	close(release)
-	if err := <-leader; err != nil {
+	close(h.release)
+	if err := <-h.done; err != nil {
 		t.Errorf("the leader: %v", err)
 	}
 }
