@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -994,6 +995,28 @@ func TestOwnershipIgnoresClockSkew(t *testing.T) {
 	}
 }
 
+// waitQueuedKeepAlives waits until n goroutines wait in a group-commit
+// queue for their batch (a select in Queue.Do), as the goroutine dump shows
+// them, or 30 s have passed; the test's own count then says what happened.
+func waitQueuedKeepAlives(t *testing.T, n int) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		dump := string(buf[:runtime.Stack(buf, true)])
+		queued := 0
+		for _, g := range strings.Split(dump, "\n\n") {
+			header, _, _ := strings.Cut(g, "\n")
+			if strings.Contains(header, "[select") && strings.Contains(g, "internal/groupcommit.(*Queue[") && strings.Contains(g, "]).Do(") {
+				queued++
+			}
+		}
+		if queued >= n {
+			return
+		}
+	}
+	t.Logf("fewer than %d keep-alives queued after 30 s", n)
+}
+
 // TestKeepAlivesShareOneRead: keep-alives that arrive while a read of
 // lease records is in progress share the next one, one transaction for all
 // of them, and each gets its own lease's answer.
@@ -1032,6 +1055,9 @@ func TestKeepAlivesShareOneRead(t *testing.T) {
 		}()
 	}
 	started.Wait()
+	// Started is not queued: on a loaded machine a keep-alive may reach
+	// the queue only after the lead is released, and share a later read.
+	waitQueuedKeepAlives(t, leases+1)
 	db.Reset()
 	close(release)
 	for range leases + 1 {
