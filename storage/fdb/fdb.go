@@ -105,6 +105,7 @@ type DB struct {
 	latest   latestKnown
 	wakes    wakeRegistry
 	txs      txPool
+	shares   readShares
 
 	// Every call is bracketed by enter/leave so that Close can wait for the
 	// calls in flight and fail the ones that start after it.
@@ -445,6 +446,7 @@ func (d *DB) Close() error {
 		}
 		d.abortStop()
 		d.sharing.fetchers.Wait() // its read version request canceled
+		d.shares.waiters.Wait()   // their shared transactions canceled
 		release(d.clusterFile)
 		err = nil
 	})
@@ -596,15 +598,57 @@ func (d *DB) Update(ctx context.Context, fn func(storage.Tx) error) error {
 	})
 }
 
-// View runs fn in a read-only transaction (snapshot reads, never committed).
+// View runs fn in a read-only transaction (snapshot reads, never
+// committed). Its first attempt reads on the transaction the Views of its
+// read version share (sharedread.go); one that ends in a FoundationDB error
+// is retried on a transaction of its own, at a fresh version.
 func (d *DB) View(ctx context.Context, fn func(storage.ReadTx) error) error {
 	var reuseAge time.Duration
 	if storage.FreshnessOf(ctx) == storage.Recent {
 		reuseAge = max(d.recentAge, 0)
 	}
-	return d.run(ctx, reuseAge, func(tr fdbgo.Transaction, v attemptAt) (bool, error) {
+	version := func() (attemptAt, error) { return d.readVersion(ctx, reuseAge) }
+	return d.view(ctx, version, fn)
+}
+
+// view is View with the version of its first attempt from version.
+func (d *DB) view(ctx context.Context, version func() (attemptAt, error), fn func(storage.ReadTx) error) error {
+	if err := d.enter(ctx); err != nil {
+		return err
+	}
+	defer d.leave()
+	err := d.viewShared(ctx, version, fn)
+	if err == nil {
+		return nil
+	}
+	if stop := stopped(ctx, d.abort); stop != nil {
+		return stop
+	}
+	code, ok := retryCode(err)
+	if !ok {
+		return err // fn's own error
+	}
+	d.observe().ObserveFDBRetry(code, mapError(err))
+	return d.run(ctx, 0, func(tr fdbgo.Transaction, v attemptAt) (bool, error) {
 		return false, fn(&tx{d: d, tr: tr, r: tr.Snapshot(), snapshot: v.v})
 	})
+}
+
+// viewShared runs fn once on the shared transaction of its read version.
+func (d *DB) viewShared(ctx context.Context, version func() (attemptAt, error), fn func(storage.ReadTx) error) error {
+	if err := stopped(ctx, d.closing); err != nil {
+		return err
+	}
+	at, err := version()
+	if err != nil {
+		return err
+	}
+	share, err := d.shares.join(d, at.v)
+	if err != nil {
+		return err
+	}
+	defer d.shares.leave(share)
+	return fn(&tx{d: d, r: share.tr.Snapshot(), snapshot: at.v, share: share, ctx: ctx})
 }
 
 // exactSizeBelow is where Size stops adding up key and value bytes and
@@ -697,6 +741,12 @@ type tx struct {
 	// snapshot is a View's read version (storage.Snapshotter), 0 in an
 	// Update.
 	snapshot int64
+	// share is the shared transaction a View reads on (nil on one of its
+	// own), ctx the View's request, and gone set once the View stopped
+	// waiting for its reads (tx.await).
+	share *readShare
+	ctx   context.Context
+	gone  atomic.Bool
 }
 
 // Snapshot names the snapshot a View reads: its read version. Reads at
@@ -711,7 +761,12 @@ func (t *tx) Get(key []byte) ([]byte, error) {
 	if len(key) > maxKeySize {
 		return nil, nil
 	}
-	v, err := t.r.Get(fdbgo.Key(t.d.key(key))).Get()
+	f := t.r.Get(fdbgo.Key(t.d.key(key)))
+	var v []byte
+	var err error
+	if werr := t.await(func() { v, err = f.Get() }, f.Cancel); werr != nil {
+		return nil, werr
+	}
 	if err != nil {
 		return nil, mapError(err)
 	}
@@ -723,7 +778,7 @@ func (t *tx) GetMany(keys [][]byte) ([][]byte, error) {
 	if t.err != nil {
 		return nil, t.err
 	}
-	return waitAll(t.issue(keys))
+	return t.waitAll(t.issue(keys))
 }
 
 // issue starts the point reads of keys; a key longer than maxKeySize has
@@ -736,6 +791,24 @@ func (t *tx) issue(keys [][]byte) []fdbgo.FutureByteSlice {
 		}
 	}
 	return futures
+}
+
+// waitAll waits for every future and returns their values, or for the
+// View's end (tx.await), which cancels them.
+func (t *tx) waitAll(futures []fdbgo.FutureByteSlice) ([][]byte, error) {
+	var out [][]byte
+	var err error
+	cancel := func() {
+		for _, f := range futures {
+			if f != nil {
+				f.Cancel()
+			}
+		}
+	}
+	if werr := t.await(func() { out, err = waitAll(futures) }, cancel); werr != nil {
+		return nil, werr
+	}
+	return out, err
 }
 
 // waitAll waits for every future and returns their values.
@@ -782,7 +855,7 @@ func (t *tx) ReadBatch(keys [][]byte, ranges []storage.RangeRead) ([][]byte, [][
 	if len(ranges) > 0 {
 		out[0], errs[0] = t.GetRange(ranges[0].Begin, ranges[0].End, ranges[0].Opt)
 	}
-	vals, err := waitAll(futures)
+	vals, err := t.waitAll(futures)
 	wg.Wait()
 	if err != nil {
 		return nil, nil, err
@@ -805,21 +878,12 @@ func (t *tx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storage.Ke
 	}
 	r := fdbgo.KeyRange{Begin: fdbgo.Key(t.d.key(begin)), End: fdbgo.Key(t.d.key(end))}
 	var kvs []fdbgo.KeyValue
-	if opt.Limit > 0 {
-		var err error
-		kvs, err = t.r.GetRange(r, fdbgo.RangeOptions{Limit: opt.Limit, Mode: fdbgo.StreamingModeWantAll, Reverse: opt.Reverse}).GetSliceWithError()
-		if err != nil {
-			return nil, mapError(err)
-		}
-	} else {
-		it := t.r.GetRange(r, fdbgo.RangeOptions{Mode: fdbgo.StreamingModeIterator, Reverse: opt.Reverse}).Iterator()
-		for it.Advance() {
-			kv, err := it.Get()
-			if err != nil {
-				return nil, mapError(err)
-			}
-			kvs = append(kvs, kv)
-		}
+	var err error
+	if werr := t.await(func() { kvs, err = t.readRange(r, opt) }, nil); werr != nil {
+		return nil, werr
+	}
+	if err != nil {
+		return nil, mapError(err)
 	}
 	if len(kvs) == 0 {
 		return nil, nil
@@ -834,6 +898,24 @@ func (t *tx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storage.Ke
 		}
 	}
 	return out, nil
+}
+
+// readRange reads r: a bounded page in one go, an unbounded range batch by
+// batch until it ends or the View stopped waiting for it.
+func (t *tx) readRange(r fdbgo.KeyRange, opt storage.RangeOptions) ([]fdbgo.KeyValue, error) {
+	if opt.Limit > 0 {
+		return t.r.GetRange(r, fdbgo.RangeOptions{Limit: opt.Limit, Mode: fdbgo.StreamingModeWantAll, Reverse: opt.Reverse}).GetSliceWithError()
+	}
+	var kvs []fdbgo.KeyValue
+	it := t.r.GetRange(r, fdbgo.RangeOptions{Mode: fdbgo.StreamingModeIterator, Reverse: opt.Reverse}).Iterator()
+	for !t.gone.Load() && it.Advance() {
+		kv, err := it.Get()
+		if err != nil {
+			return nil, err
+		}
+		kvs = append(kvs, kv)
+	}
+	return kvs, nil
 }
 
 func (t *tx) Set(key, value []byte) {

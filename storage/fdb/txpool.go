@@ -42,8 +42,14 @@ func (p *txPool) cancelOn(tr fdbgo.Transaction, ctx, abort context.Context) (rel
 	return func() {
 		ctxStopped, abortStopped := stopCtx(), stopAbort()
 		if ctxStopped && abortStopped {
-			tr.Reset()
-			p.free.Put(&tr)
+			p.put(tr)
 		}
 	}
+}
+
+// put resets tr, which no call uses any more and whose cancellation cannot
+// start, and pools it.
+func (p *txPool) put(tr fdbgo.Transaction) {
+	tr.Reset()
+	p.free.Put(&tr)
 }

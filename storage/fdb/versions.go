@@ -92,13 +92,21 @@ type attemptAt struct {
 	reused bool
 }
 
-// attemptVersion sets tr's read version for an attempt: the newest known
-// one if it was the latest at most maxAge ago (a storage.Recent View's or
-// an Update's first attempt; 0 for none), else a shared fresh one.
+// attemptVersion sets tr's read version for an attempt (readVersion).
 func (d *DB) attemptVersion(ctx context.Context, tr readVersionSetter, maxAge time.Duration) (attemptAt, error) {
+	at, err := d.readVersion(ctx, maxAge)
+	if err == nil {
+		tr.SetReadVersion(at.v)
+	}
+	return at, err
+}
+
+// readVersion is the read version of an attempt: the newest known one if
+// it was the latest at most maxAge ago (a storage.Recent View's or an
+// Update's first attempt; 0 for none), else a shared fresh one.
+func (d *DB) readVersion(ctx context.Context, maxAge time.Duration) (attemptAt, error) {
 	if maxAge > 0 {
 		if v, ok := d.latest.recent(d.now(), maxAge); ok {
-			tr.SetReadVersion(v)
 			return attemptAt{v: v, reused: true}, nil
 		}
 	}
@@ -106,7 +114,6 @@ func (d *DB) attemptVersion(ctx context.Context, tr readVersionSetter, maxAge ti
 	if err != nil {
 		return attemptAt{}, err
 	}
-	tr.SetReadVersion(v)
 	return attemptAt{v: v}, nil
 }
 
