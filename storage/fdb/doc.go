@@ -52,7 +52,12 @@
 //
 // View runs a read-only transaction that is never committed; its reads are
 // snapshot reads, which add no conflict ranges (a read-only transaction cannot
-// conflict anyway) and still see one consistent read version.
+// conflict anyway) and still see one consistent read version. Its first
+// attempt reads on a transaction that every View of the same read version
+// shares (read-your-writes off), waiting for each read on the side so that
+// its request's end ends its wait; an attempt that fails with a
+// FoundationDB error is retried on a transaction of its own, as Update's
+// are (sharedread.go).
 //
 // Transactions do not implement storage.Scanner on purpose: the bindings copy
 // every pair out of the C library anyway, so a scan saves no copying, and
