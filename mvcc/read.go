@@ -267,13 +267,13 @@ const scanVersionsMin = 32
 
 // readVersionRecords reads from history the version record of each entry
 // whose value is still to be read and whose version is not known yet. Many records
-// (a LIST's page) are read with one range read over the history of their
+// (a LIST's page) are read with range reads over the history of their
 // keys, from the first wanted record to the last: FoundationDB serves a
 // range of rows for little more than one point read, where thousands of
 // point reads cost the storage server a request each (a LIST of 50,000
 // keys took five times as long as the same bytes read as ranges). The
-// rows between the wanted ones are other retained versions; the range
-// read is bounded, and what it did not reach is read by key.
+// rows between the wanted ones are other retained versions; each range
+// read is bounded, and what they did not reach is read by key.
 func readVersionRecords(tx storage.ReadTx, es []*entry) error {
 	var missing []*entry
 	for _, e := range es {
@@ -314,9 +314,13 @@ func readVersionRecords(tx storage.ReadTx, es []*entry) error {
 	return nil
 }
 
-// scanVersions fills in the version records of es that one range read over
-// their keys' history reaches, reading at most twice as many rows as es
-// has entries.
+// scanVersions fills in the version records of es that range reads over
+// their keys' history reach, reading at most twice as many rows as es has
+// entries. The records are read as up to scanVersionsParts ranges of
+// consecutive wanted keys, issued together (storage.ReadBatch): one range
+// is a chain of round trips on FoundationDB, each bringing at most about
+// 80 kB, so a LIST's page of 2,000 values of 2 KB read as one range took
+// 1.5 times as long as the same bytes as 16 ranges at once.
 func scanVersions(tx storage.ReadTx, es []*entry) error {
 	sorted := es
 	if !slices.IsSortedFunc(es, compareEntryKeys) {
@@ -326,27 +330,58 @@ func scanVersions(tx storage.ReadTx, es []*entry) error {
 	for i, e := range sorted {
 		want[i] = keyspace.History(e.key, e.meta.ModRev)
 	}
-	i := 0
-	var ferr error
-	err := storage.Scan(tx, want[0], append(bytes.Clone(want[len(want)-1]), 0), 2*len(want), func(k, v []byte) bool {
-		for i < len(want) && bytes.Compare(want[i], k) < 0 {
-			i++ // no such row: left for the point read, which reports it
-		}
-		if i < len(want) && bytes.Equal(want[i], k) {
-			ver, err := decodeVersion(bytes.Clone(v))
-			if err != nil {
-				ferr = err
-				return false
-			}
-			sorted[i].ver = &ver
-			i++
-		}
-		return i < len(want)
-	})
+	per := max(scanVersionsPerPart, (len(want)+scanVersionsParts-1)/scanVersionsParts)
+	var ranges []storage.RangeRead
+	for lo := 0; lo < len(want); lo += per {
+		hi := min(lo+per, len(want))
+		ranges = append(ranges, storage.RangeRead{
+			Begin: want[lo],
+			End:   append(bytes.Clone(want[hi-1]), 0),
+			Opt:   storage.RangeOptions{Limit: 2 * (hi - lo)},
+		})
+	}
+	_, rows, err := storage.ReadBatch(tx, nil, ranges)
 	if err != nil {
 		return err
 	}
-	return ferr
+	for p, kvs := range rows {
+		lo := p * per
+		if err := matchVersions(sorted[lo:min(lo+per, len(sorted))], want[lo:min(lo+per, len(want))], kvs); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// matchVersions takes the record of each wanted history key found in kvs,
+// which are in key order and owned by the caller. A wanted key missing from
+// them is left for the point read, which reports it.
+func matchVersions(es []*entry, want [][]byte, kvs []storage.KeyValue) error {
+	i := 0
+	for _, kv := range kvs {
+		for i < len(want) && bytes.Compare(want[i], kv.Key) < 0 {
+			i++
+		}
+		if i == len(want) {
+			return nil
+		}
+		if bytes.Equal(want[i], kv.Key) {
+			ver, err := decodeVersion(kv.Value)
+			if err != nil {
+				return err
+			}
+			es[i].ver = &ver
+			i++
+		}
+	}
+	return nil
+}
+
+// scanVersionsParts bounds the range reads scanVersions issues at once, and
+// scanVersionsPerPart is the fewest records one of them reads.
+const (
+	scanVersionsParts   = 16
+	scanVersionsPerPart = 32
+)
 
 func compareEntryKeys(a, b *entry) int { return bytes.Compare(a.key, b.key) }

@@ -12,9 +12,9 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 )
 
-// A range's values come from one range read over its keys' history; keys
-// with many retained versions between the wanted ones push some of them
-// past that read's row bound, to point reads. Every value must be the one
+// A range's values come from range reads over its keys' history, each over
+// a run of its keys; keys with many retained versions between the wanted
+// ones push some of them past a read's row bound, to point reads. Every value must be the one
 // live at the revision read, whatever the order the response sorts in.
 func TestRangeValuesAcrossRetainedVersions(t *testing.T) {
 	ctx := context.Background()
