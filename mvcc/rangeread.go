@@ -250,21 +250,25 @@ func (q *rangeScan) valuesHere(first bool, res pageResult) bool {
 
 // firstReads is what a page reads with the state: a single key's latest
 // entry (at the head, its newest version too, usually the one it returns),
-// or, for the first page of a range read at the head, its first index
-// entries — as many as the page keeps, which is all a limited range with a
-// cached count reads.
+// or a range page's first index entries — as many as the page keeps, which
+// is all a limited range with a cached count reads. Every page of a range
+// reads them, at the head or not: the live keys at any revision are found
+// through the index (scanLive), so they are never read in vain, and a
+// paginated LIST's later pages, which name their revision, and a long
+// range's later transactions each save a round trip.
 func (q *rangeScan) firstReads(first bool) firstReads {
 	r := q.r
-	atHead := r.Revision <= 0 && !r.CountOnly
 	switch {
 	case q.end == nil:
-		return firstReads{key: r.Key, atHead: atHead && !r.KeysOnly}
-	case !first || !atHead || len(q.end) > 0 && bytes.Compare(q.cursor, q.end) >= 0:
+		return firstReads{key: r.Key, atHead: r.Revision <= 0 && !r.CountOnly && !r.KeysOnly}
+	case r.CountOnly || len(q.end) > 0 && bytes.Compare(q.cursor, q.end) >= 0:
 		return firstReads{}
 	}
+	// A later page that counts the range scans a whole page anyway; the
+	// first may find its count in the cache.
 	limit := q.pageKeys
-	if q.keep >= 0 {
-		limit = min(limit, q.keep)
+	if q.keep >= 0 && (first || !q.scanCount) {
+		limit = min(limit, q.keep-len(q.kept))
 	}
 	if limit <= 0 {
 		return firstReads{}

@@ -79,6 +79,15 @@ func TestRoundTripsPerRequest(t *testing.T) {
 			_, err := s.Range(ctx, &pb.RangeRequest{Key: []byte("list/"), RangeEnd: []byte("list0"), Limit: 500})
 			return err
 		}},
+		{"range, second page of 500 at the first's revision", func() error {
+			rev, _, err := s.Rev(ctx)
+			if err != nil {
+				return err
+			}
+			db.Reset()
+			_, err = s.Range(ctx, &pb.RangeRequest{Key: []byte("list/0500"), RangeEnd: []byte("list0"), Limit: 500, Revision: rev})
+			return err
+		}},
 		{"txn, mod-revision compare + put (kube update)", func() error {
 			r, err := s.Range(ctx, &pb.RangeRequest{Key: []byte("k1")})
 			if err != nil {

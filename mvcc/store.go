@@ -196,7 +196,7 @@ type firstReads struct {
 	// history instead of its latest entry, and without the compaction
 	// record, which never passes the head.
 	atHead bool
-	index  *storage.RangeRead // a range read at the head: its first index entries
+	index  *storage.RangeRead // a range's page: its first index entries
 }
 
 // firstRead is what that round trip returned.
