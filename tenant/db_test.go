@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/storage"
+	"github.com/fdb-etcd/fdb-etcd/storage/opcount"
 	"github.com/fdb-etcd/fdb-etcd/storage/storagetest"
 )
 
@@ -168,5 +170,65 @@ func TestKeySizeLimit(t *testing.T) {
 	err = db.Update(ctxT(t), func(tx storage.Tx) error { tx.Set(long[1:], []byte("v")); return nil })
 	if err != nil {
 		t.Fatalf("set of a %d-byte key: %v", len(long)-1, err)
+	}
+}
+
+// TestReadBatchIsOneRoundTrip: a tenant's batched reads — points, ranges
+// and the fence with them — reach the backend as one batch, one round trip
+// on FoundationDB as without tenancy, and come back unprefixed.
+func TestReadBatchIsOneRoundTrip(t *testing.T) {
+	ctx := ctxT(t)
+	inner := opcount.Wrap(testdb.Open(t))
+	reg := NewRegistry(inner)
+	rec, err := reg.Create(ctx, "batched", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := NewDB(inner, rec.ID)
+	err = db.Update(ctx, func(tx storage.Tx) error {
+		for _, k := range []string{"a", "r/1", "r/2", "s"} {
+			tx.Set([]byte(k), []byte("v"+k))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner.Reset()
+	err = db.View(ctx, func(tx storage.ReadTx) error {
+		vals, rows, err := storage.ReadBatch(tx, [][]byte{[]byte("a"), []byte("b")},
+			[]storage.RangeRead{{Begin: []byte("r/"), End: []byte("r0")}, {Begin: []byte("s"), End: []byte("t")}})
+		if err != nil {
+			return err
+		}
+		if string(vals[0]) != "va" || vals[1] != nil || len(vals) != 2 {
+			t.Errorf("points %q, want [va <nil>]", vals)
+		}
+		var keys []string
+		for _, kvs := range rows {
+			for _, kv := range kvs {
+				keys = append(keys, string(kv.Key)+"="+string(kv.Value))
+			}
+		}
+		if got := strings.Join(keys, " "); got != "r/1=vr/1 r/2=vr/2 s=vs" {
+			t.Errorf("ranges %s, want r/1=vr/1 r/2=vr/2 s=vs", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := inner.Reset(); c.ReadRounds != 1 {
+		t.Fatalf("a tenant's ReadBatch took %d read round trips, want 1 (%v)", c.ReadRounds, c)
+	}
+	if err := reg.Delete(ctx, "batched"); err != nil {
+		t.Fatal(err)
+	}
+	err = db.View(ctx, func(tx storage.ReadTx) error {
+		_, _, err := storage.ReadBatch(tx, nil, []storage.RangeRead{{Begin: []byte("r/"), End: []byte("r0")}})
+		return err
+	})
+	if !errors.Is(err, ErrDeleted) {
+		t.Fatalf("ReadBatch of a deleted tenant: %v, want ErrDeleted", err)
 	}
 }
