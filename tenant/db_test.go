@@ -232,3 +232,35 @@ func TestReadBatchIsOneRoundTrip(t *testing.T) {
 		t.Fatalf("ReadBatch of a deleted tenant: %v, want ErrDeleted", err)
 	}
 }
+
+// TestViewsNameTheirSnapshot: a tenant's View names the backend's snapshot,
+// so that its store shares the reads of one snapshot among its Views.
+func TestViewsNameTheirSnapshot(t *testing.T) {
+	ctx := ctxT(t)
+	db, inner, _ := newTenantDB(t, "snap")
+	var backend int64
+	if err := inner.View(ctx, func(tx storage.ReadTx) error { backend = storage.SnapshotOf(tx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if backend == 0 {
+		t.Skip("the backend's Views name no snapshot")
+	}
+	err := db.View(ctx, func(tx storage.ReadTx) error {
+		if storage.SnapshotOf(tx) == 0 {
+			t.Error("a tenant's View names no snapshot where the backend's do")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(ctx, func(tx storage.Tx) error {
+		if s := storage.SnapshotOf(tx); s != 0 {
+			t.Errorf("a tenant's Update names snapshot %d: its reads must be its own", s)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -126,6 +126,12 @@ func (t *readTx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storag
 	return kvs, nil
 }
 
+// Snapshot is the backend transaction's (storage.Snapshotter): a tenant's
+// Views of one snapshot read the same data as the backend's do, so the
+// tenant's store shares what they read of it as a store without tenancy
+// does (0, sharing nothing, where the backend names none).
+func (t *readTx) Snapshot() int64 { return storage.SnapshotOf(t.ft.r) }
+
 // ReadBatch reads the prefixed keys and ranges through the backend's
 // batch, with the fence among the points while it is unread, so that a
 // tenant's transaction waits for its first reads as long as a transaction
