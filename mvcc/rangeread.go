@@ -185,7 +185,7 @@ func (q *rangeScan) apply(res pageResult, first bool) bool {
 func (q *rangeScan) readPage(ctx context.Context, tx storage.ReadTx, counts *countCache, states *stateShare, first bool) (pageResult, error) {
 	r := q.r
 	res := pageResult{head: q.head, rev: q.rev, cached: q.cached}
-	want := q.firstReads(first)
+	want := q.firstReads(first, scansInPlace(tx))
 	f, err := readFirst(ctx, tx, want, states)
 	if err != nil {
 		return res, err
@@ -230,6 +230,13 @@ func (q *rangeScan) readPage(ctx context.Context, tx storage.ReadTx, counts *cou
 	return res, nil
 }
 
+// scansInPlace reports whether tx visits a range where it lies
+// (storage.Scanner: the embedded store), with no round trip to save.
+func scansInPlace(tx storage.ReadTx) bool {
+	_, ok := tx.(storage.Scanner)
+	return ok
+}
+
 // valuesHere reports whether a page's transaction reads the values of the
 // keys it found: a second transaction would cost a read version and the
 // compaction check again. Every page of a range that returns all it keeps
@@ -255,13 +262,15 @@ func (q *rangeScan) valuesHere(first bool, res pageResult) bool {
 // reads them, at the head or not: the live keys at any revision are found
 // through the index (scanLive), so they are never read in vain, and a
 // paginated LIST's later pages, which name their revision, and a long
-// range's later transactions each save a round trip.
-func (q *rangeScan) firstReads(first bool) firstReads {
+// range's later transactions each save a round trip. A store that scans in
+// place (inPlace) has no round trip to save, and would copy the entries it
+// now visits where they lie, so it reads them in the scan.
+func (q *rangeScan) firstReads(first, inPlace bool) firstReads {
 	r := q.r
 	switch {
 	case q.end == nil:
 		return firstReads{key: r.Key, atHead: r.Revision <= 0 && !r.CountOnly && !r.KeysOnly}
-	case r.CountOnly || len(q.end) > 0 && bytes.Compare(q.cursor, q.end) >= 0:
+	case inPlace || r.CountOnly || len(q.end) > 0 && bytes.Compare(q.cursor, q.end) >= 0:
 		return firstReads{}
 	}
 	// A later page that counts the range scans a whole page anyway; the

@@ -5,8 +5,8 @@
 // without a golden file changing; it is never part of the server.
 //
 // The model is FoundationDB's client: an attempt takes one read version
-// (on its first read, or at commit for a blind write); every Get, GetRange
-// or Scan waits for the previous call, so each is one round trip; GetMany's
+// (on its first read, or at commit for a blind write); every Get or
+// GetRange waits for the previous call, so each is one round trip; GetMany's
 // reads are issued together, one round trip; an attempt that wrote commits
 // in one more round trip, and a read-only one commits locally. A read of a
 // key the attempt has already read or written is answered by the
@@ -164,14 +164,10 @@ func (t *tx) learn(key []byte) {
 	t.known[string(key)] = true
 }
 
-// wrap is what the transaction function gets: t, with Scan when the inner
-// transaction has it.
-func (t *tx) wrap() storage.Tx {
-	if _, ok := t.r.(storage.Scanner); ok {
-		return scanTx{t}
-	}
-	return t
-}
+// wrap is what the transaction function gets: t, without Scan even when
+// the inner transaction has it, since FoundationDB's have none: readers
+// take the paths they take on FoundationDB, and so does the count.
+func (t *tx) wrap() storage.Tx { return t }
 
 func (t *tx) Get(key []byte) ([]byte, error) {
 	if t.cached(key) {
@@ -244,22 +240,6 @@ func (t *tx) ReadBatch(keys [][]byte, ranges []storage.RangeRead) ([][]byte, [][
 		t.c.ReadRounds = rounds + 1
 	}
 	return vals, out, nil
-}
-
-// scanTx is a tx over an inner transaction that has storage.Scanner, so
-// that readers keep their fast path; over one without it they fall back to
-// GetRange themselves, as they would without the wrapper.
-type scanTx struct{ *tx }
-
-func (t scanTx) Scan(begin, end []byte, fn func(key, value []byte) bool) error {
-	t.c.ReadRounds++
-	t.c.Reads++
-	return t.r.(storage.Scanner).Scan(begin, end, func(k, v []byte) bool {
-		t.learn(k)
-		t.c.KeysRead++
-		t.c.BytesRead += len(k) + len(v)
-		return fn(k, v)
-	})
 }
 
 func (t *tx) Set(key, value []byte) {
