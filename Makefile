@@ -176,9 +176,18 @@ robustness-short:
 	cd test/robustness && $(ROBUSTNESS_ENV) $(GO) test -count=1 -timeout 30m ./...
 	$(MAKE) --no-print-directory fuzz-short
 
+# Go before 1.27 can fail a target just as -fuzztime ends, with "context
+# deadline exceeded" and no failing input (golang/go#75804, a race in its
+# fuzzing coordinator, likelier on busy cores): such a run is repeated once.
+# A run that found a failing input fails at once.
 fuzz-short:
-	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5x $$pkg || exit 1; done
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		for try in 1 2; do echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
+			out=$$($(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5x $$pkg 2>&1); rc=$$?; echo "$$out"; \
+			[ $$rc -eq 0 ] && break; \
+			if [ $$try -eq 1 ] && echo "$$out" | grep -q 'context deadline exceeded' && ! echo "$$out" | grep -q 'Failing input written'; then \
+				echo "fuzz: $$fn ended in Go's -fuzztime race (golang/go#75804) with no failing input: once more"; continue; fi; \
+			exit 1; done; done
 
 robustness:
 	cd test/robustness && $(ROBUSTNESS_ENV) ROBUSTNESS_LONG=1 $(GO) test -count=1 -timeout 240m -v ./...
