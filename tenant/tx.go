@@ -65,24 +65,37 @@ func (t *fenceTx) check() error {
 // getMany reads keys (already prefixed), and the fence with them when it
 // is still unread.
 func (t *fenceTx) getMany(keys [][]byte) ([][]byte, error) {
+	vals, _, err := t.readBatch(keys, nil)
+	return vals, err
+}
+
+// readBatch reads keys and ranges (already prefixed) as one batch
+// (storage.ReadBatch), with the fence among the keys when it is still
+// unread.
+func (t *fenceTx) readBatch(keys [][]byte, ranges []storage.RangeRead) ([][]byte, [][]storage.KeyValue, error) {
 	if t.err != nil {
-		return nil, t.err
+		return nil, nil, t.err
 	}
-	if t.f.read {
+	fenced := !t.f.read
+	if !fenced {
 		if err := t.f.err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return t.r.GetMany(keys)
+	} else {
+		keys = append(keys[:len(keys):len(keys)], t.f.key)
 	}
-	vals, err := t.r.GetMany(append(keys[:len(keys):len(keys)], t.f.key))
+	vals, rows, err := storage.ReadBatch(t.r, keys, ranges)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	t.f.set(vals[len(keys)])
-	if err := t.f.err(); err != nil {
-		return nil, err
+	if fenced {
+		t.f.set(vals[len(keys)-1])
+		vals = vals[:len(keys)-1]
+		if err := t.f.err(); err != nil {
+			return nil, nil, err
+		}
 	}
-	return vals[:len(keys)], nil
+	return vals, rows, nil
 }
 
 // readTx is a tenant's view of a transaction of the shared store.
@@ -102,11 +115,16 @@ func (t *readTx) Get(key []byte) ([]byte, error) {
 }
 
 func (t *readTx) GetMany(keys [][]byte) ([][]byte, error) {
+	return t.ft.getMany(t.prefixed(keys))
+}
+
+// prefixed is keys in the tenant's keyspace.
+func (t *readTx) prefixed(keys [][]byte) [][]byte {
 	pk := make([][]byte, len(keys))
 	for i, k := range keys {
 		pk[i] = t.d.key(k)
 	}
-	return t.ft.getMany(pk)
+	return pk
 }
 
 // GetRange reads the prefixed range; an empty end stays an empty range,
@@ -119,11 +137,16 @@ func (t *readTx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storag
 	if err != nil {
 		return nil, err
 	}
+	t.unprefix(kvs)
+	return kvs, nil
+}
+
+// unprefix cuts the tenant's prefix off kvs' keys.
+func (t *readTx) unprefix(kvs []storage.KeyValue) {
 	n := len(t.d.prefix)
 	for i := range kvs {
 		kvs[i].Key = kvs[i].Key[n:len(kvs[i].Key):len(kvs[i].Key)]
 	}
-	return kvs, nil
 }
 
 // Snapshot is the backend transaction's (storage.Snapshotter): a tenant's
@@ -139,43 +162,16 @@ func (t *readTx) Snapshot() int64 { return storage.SnapshotOf(t.ft.r) }
 // GetRange (the fallback without this method) is one each. On a backend
 // without a batch it falls back as storage.ReadBatch does.
 func (t *readTx) ReadBatch(keys [][]byte, ranges []storage.RangeRead) ([][]byte, [][]storage.KeyValue, error) {
-	ft := t.ft
-	if ft.err != nil {
-		return nil, nil, ft.err
-	}
-	if ft.f.read {
-		if err := ft.f.err(); err != nil {
-			return nil, nil, err
-		}
-	}
-	pk := make([][]byte, len(keys), len(keys)+1)
-	for i, k := range keys {
-		pk[i] = t.d.key(k)
-	}
-	fenced := !ft.f.read
-	if fenced {
-		pk = append(pk, ft.f.key)
-	}
 	pr := make([]storage.RangeRead, len(ranges))
 	for i, r := range ranges {
 		pr[i] = storage.RangeRead{Begin: t.d.key(clip(r.Begin)), End: t.d.key(clip(r.End)), Opt: r.Opt}
 	}
-	vals, rows, err := storage.ReadBatch(ft.r, pk, pr)
+	vals, rows, err := t.ft.readBatch(t.prefixed(keys), pr)
 	if err != nil {
 		return nil, nil, err
 	}
-	if fenced {
-		ft.f.set(vals[len(keys)])
-		vals = vals[:len(keys)]
-	}
-	if err := ft.f.err(); err != nil {
-		return nil, nil, err
-	}
-	n := len(t.d.prefix)
 	for _, kvs := range rows {
-		for i := range kvs {
-			kvs[i].Key = kvs[i].Key[n:len(kvs[i].Key):len(kvs[i].Key)]
-		}
+		t.unprefix(kvs)
 	}
 	return vals, rows, nil
 }
