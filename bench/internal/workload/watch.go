@@ -240,8 +240,9 @@ func (d *Delivery) Result(ctx context.Context, wr OpenLoopResult, target int, re
 		Errors:  wr.Errors + d.Bad.Load(),
 		Elapsed: wr.Elapsed,
 		Caveat:  DeliveryCaveat(wr.Rate, target, got, expected),
-		Note: fmt.Sprintf("delivered %d/%d (%.1f%%) within %s grace; %d writes issued at %.0f/s",
-			got, expected, 100*float64(got)/float64(expected), grace, wr.Written, wr.Rate) + wr.FailureNote(),
+		Note: fmt.Sprintf("delivered %d/%d (%.1f%%) within %s grace; %d writes issued at %.0f/s, each took p50 %.2f ms p99 %.2f ms",
+			got, expected, 100*float64(got)/float64(expected), grace, wr.Written, wr.Rate,
+			ms(wr.Took.Quantile(0.5)), ms(wr.Took.Quantile(0.99))) + wr.FailureNote(),
 	}, nil
 }
 
@@ -264,6 +265,10 @@ type OpenLoopResult struct {
 	// last write returned.
 	Rate    float64
 	Elapsed time.Duration
+	// Took is how long each write that succeeded took, from its issue to
+	// its return: the part of a watch row's delivery latency that is the
+	// write's own commit.
+	Took *hist.Histogram
 }
 
 // Run issues the writes and waits for all of them.
@@ -273,7 +278,7 @@ func (l OpenLoop) Run(ctx context.Context, write func(ctx context.Context, i int
 	sem := make(chan struct{}, cmp.Or(l.MaxInflight, 64))
 	wctx, cancel := context.WithTimeout(ctx, 2*l.Duration+l.OpTimeout)
 	defer cancel()
-	var r OpenLoopResult
+	r := OpenLoopResult{Took: hist.New()}
 	var written, errs atomic.Int64
 	var firstErr firstError
 	var wg sync.WaitGroup
@@ -298,11 +303,13 @@ schedule:
 			defer func() { <-sem; wg.Done() }()
 			octx, ocancel := context.WithTimeout(wctx, l.OpTimeout)
 			defer ocancel()
+			issued := time.Now()
 			if err := write(octx, i); err != nil {
 				errs.Add(1)
 				firstErr.Set(err)
 				return
 			}
+			r.Took.Record(time.Since(issued))
 			written.Add(1)
 		}()
 	}
@@ -497,3 +504,6 @@ func totalRSS(pids []int) (int64, error) {
 	}
 	return sum, nil
 }
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
