@@ -240,9 +240,9 @@ func (d *Delivery) Result(ctx context.Context, wr OpenLoopResult, target int, re
 		Errors:  wr.Errors + d.Bad.Load(),
 		Elapsed: wr.Elapsed,
 		Caveat:  DeliveryCaveat(wr.Rate, target, got, expected),
-		Note: fmt.Sprintf("delivered %d/%d (%.1f%%) within %s grace; %d writes issued at %.0f/s, each took p50 %.2f ms p99 %.2f ms",
+		Note: fmt.Sprintf("delivered %d/%d (%.1f%%) within %s grace; %d writes issued at %.0f/s, each took p50 %s p99 %s",
 			got, expected, 100*float64(got)/float64(expected), grace, wr.Written, wr.Rate,
-			ms(wr.Took.Quantile(0.5)), ms(wr.Took.Quantile(0.99))) + wr.FailureNote(),
+			wr.Took.Quantile(0.5).Round(10*time.Microsecond), wr.Took.Quantile(0.99).Round(10*time.Microsecond)) + wr.FailureNote(),
 	}, nil
 }
 
@@ -504,6 +504,3 @@ func totalRSS(pids []int) (int64, error) {
 	}
 	return sum, nil
 }
-
-// ms is d in milliseconds.
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
