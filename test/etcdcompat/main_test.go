@@ -308,7 +308,7 @@ func startEmbedded(t *testing.T, name string, cport, pport int, o pairOptions) (
 	cfg.UnsafeNoFsync = true
 	cfg.QuotaBackendBytes = o.quotaBytes
 	// MaxTxnOps, MaxRequestBytes and everything else keep etcd's defaults.
-	e, err := embed.StartEtcd(cfg)
+	e, err := startEtcdOnReservedPorts(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -328,6 +328,24 @@ func startEmbedded(t *testing.T, name string, cport, pport int, o pairOptions) (
 		return nil, nil, err
 	}
 	return s, func() { s.close(); stop() }, nil
+}
+
+// startEtcdOnReservedPorts starts an embedded etcd on ports that freePorts
+// reserved. No test of this package draws them meanwhile, so whatever holds
+// one is brief: the test's own etcd, stopped a moment ago on the same ports,
+// or a connection of some other process that had it as its source port.
+// CI's FoundationDB run once failed the import test's reference etcd with
+// "bind: address already in use"; the port is tried again for a while
+// rather than failing the test.
+func startEtcdOnReservedPorts(cfg *embed.Config) (*embed.Etcd, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e, err := embed.StartEtcd(cfg)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			return e, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func startFDBEtcd(t *testing.T, port int, o pairOptions) (*server, func(), error) {
