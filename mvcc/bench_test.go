@@ -178,6 +178,33 @@ func BenchmarkRangeBeforeLargeDelete(b *testing.B) {
 	}
 }
 
+// BenchmarkRangeAfterWrites is an empty prefix Range (it reads the head
+// and the compaction record, and finds no key) after 0, 5,000 and 20,000
+// Puts on the embedded store, whose memtable then holds a version of the
+// head per commit: the state's read must not step over them (a scan from
+// the head to the compaction record did: 10 µs, 176 µs and 858 µs, against
+// 10, 7.4 and 7.4 µs with point reads).
+func BenchmarkRangeAfterWrites(b *testing.B) {
+	for _, writes := range []int{0, 5_000, 20_000} {
+		b.Run(fmt.Sprintf("writes=%d", writes), func(b *testing.B) {
+			s := openBenchStore(b, pebble.Options{NoSync: true})
+			ctx := context.Background()
+			for i := range writes {
+				if _, err := s.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "w/%d", i%100), Value: make([]byte, 64)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			req := &pb.RangeRequest{Key: []byte("x/"), RangeEnd: []byte("x0")}
+			b.ResetTimer()
+			for range b.N {
+				if _, err := s.Range(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkPutConcurrent is 16 and 256 clients' Puts of distinct keys on
 // the store testdb gives (FoundationDB with FDB_ETCD_TEST_BACKEND=fdb): the
 // group commit's throughput, with and without batches gathering the

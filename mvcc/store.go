@@ -219,10 +219,12 @@ func readFirst(ctx context.Context, tx storage.ReadTx, want firstReads, share *s
 	// A page of a range reads many index entries in the same round trip:
 	// it does not lead, so that no GET waits for a LIST's page.
 	st, role := share.join(storage.SnapshotOf(tx), want.index == nil)
-	plan := planFirst(want, role)
+	plan := planFirst(want, role, scansInPlace(tx))
 	vals, kvs, err := storage.ReadBatch(tx, plan.keys, plan.ranges)
 	if err == nil {
 		switch {
+		case plan.compAt >= 0:
+			f.head, f.comp, err = decodeHeadAndCompaction(vals[plan.headAt], vals[plan.compAt])
 		case plan.headAt >= 0:
 			f.head, err = revision.DecodeHead(vals[plan.headAt])
 		case plan.stateAt >= 0:
@@ -230,7 +232,8 @@ func readFirst(ctx context.Context, tx storage.ReadTx, want firstReads, share *s
 		default:
 			var ok bool
 			if f.head, f.comp, ok, err = st.wait(ctx); err == nil && !ok {
-				f.head, f.comp, err = readOwnState(tx)
+				// The leading View's read failed: a read of its own.
+				f.head, f.comp, err = readState(tx)
 			}
 		}
 	}
@@ -256,13 +259,14 @@ func readFirst(ctx context.Context, tx storage.ReadTx, want firstReads, share *s
 
 // firstPlan is what readFirst's round trip reads, and where in its answer
 // the state is: the head alone at keys[headAt], the head and the
-// compaction record at ranges[stateAt], or neither (both -1) when another
-// View of the snapshot reads them.
+// compaction record at ranges[stateAt] or at keys[headAt] and
+// keys[compAt], or neither (all -1) when another View of the snapshot
+// reads them.
 type firstPlan struct {
-	keys            [][]byte
-	ranges          []storage.RangeRead
-	headAt, stateAt int
-	indexAt         int // where want.index's entries are
+	keys                    [][]byte
+	ranges                  []storage.RangeRead
+	headAt, compAt, stateAt int
+	indexAt                 int // where want.index's entries are
 }
 
 // stateRole is how a View takes part in reading its snapshot's state.
@@ -274,8 +278,8 @@ const (
 	stateFollow                  // takes what the leading View read
 )
 
-func planFirst(want firstReads, role stateRole) firstPlan {
-	p := firstPlan{headAt: -1, stateAt: -1, indexAt: -1}
+func planFirst(want firstReads, role stateRole, inPlace bool) firstPlan {
+	p := firstPlan{headAt: -1, compAt: -1, stateAt: -1, indexAt: -1}
 	switch {
 	case want.atHead:
 		h := keyspace.HistoryPrefix(want.key)
@@ -293,6 +297,13 @@ func planFirst(want firstReads, role stateRole) firstPlan {
 		// No compaction passes the head: the head alone.
 		p.headAt = len(p.keys)
 		p.keys = append(p.keys, keyspace.Head)
+	case inPlace:
+		// Every commit rewrites the head, and an LSM store keeps each
+		// version until a flush or compaction merges them: a range read
+		// of the two steps over every one of them after the newest
+		// (BenchmarkRangeAfterWrites). A point read stops at the newest.
+		p.headAt, p.compAt = len(p.keys), len(p.keys)+1
+		p.keys = append(p.keys, keyspace.Head, keyspace.Compaction)
 	default:
 		// The head and the compaction record are one range read, one
 		// request; the leading View reads both for the Views that follow
@@ -316,23 +327,18 @@ func decodeState(kvs []storage.KeyValue) (revision.Head, compaction, error) {
 			comp = kv.Value
 		}
 	}
+	return decodeHeadAndCompaction(head, comp)
+}
+
+// decodeHeadAndCompaction decodes the values of keyspace.Head and
+// keyspace.Compaction (nil where absent).
+func decodeHeadAndCompaction(head, comp []byte) (revision.Head, compaction, error) {
 	h, err := revision.DecodeHead(head)
 	if err != nil {
 		return h, compaction{}, err
 	}
 	c, err := decodeCompaction(comp)
 	return h, c, err
-}
-
-// readOwnState reads the state in a round trip of its own: a View whose
-// leading View's read failed.
-func readOwnState(tx storage.ReadTx) (revision.Head, compaction, error) {
-	mb, me := keyspace.HeadAndCompaction()
-	kvs, err := tx.GetRange(mb, me, storage.RangeOptions{})
-	if err != nil {
-		return revision.Head{}, compaction{}, err
-	}
-	return decodeState(kvs)
 }
 
 // entry is key's entry at rev, from what the state's round trip read of it.
