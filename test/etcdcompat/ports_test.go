@@ -74,12 +74,12 @@ func reservePort(port int) (*os.File, bool) {
 // ephemeralLow is the first port Linux hands out as a source port, or its
 // default where the setting cannot be read.
 func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	var low, high int
-	if err != nil {
-		return 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		_, err = fmt.Sscan(string(b), &low, &high)
 	}
-	if _, err := fmt.Sscan(string(b), &low, &high); err != nil || low > high {
+	if err != nil || low > high {
 		return 32768
 	}
 	return low
