@@ -54,6 +54,10 @@ type Config struct {
 	// LogTailBytes bounds the revisions this store committed that it keeps
 	// in memory for watch reads (tail.go); 0 means 4 MiB, negative none.
 	LogTailBytes int
+	// PrevValueBytes bounds the newest values of the keys in the tail's
+	// revisions that it keeps, so that a later write's previous value is
+	// known without a read (latest.go); 0 means 64 MiB, negative none.
+	PrevValueBytes int
 	// OwnCommitGrace is how long WaitRev, on a store that committed in the
 	// last second, waits for its next commit before it sets up a storage
 	// watch (a transaction on FoundationDB); another process's commit is
@@ -115,6 +119,9 @@ func Open(db storage.DB, cfg Config) (*Store, error) {
 	if cfg.LogTailBytes == 0 {
 		cfg.LogTailBytes = 4 << 20
 	}
+	if cfg.PrevValueBytes == 0 {
+		cfg.PrevValueBytes = 64 << 20
+	}
 	if cfg.OwnCommitGrace == 0 {
 		cfg.OwnCommitGrace = 5 * time.Millisecond
 	}
@@ -124,7 +131,7 @@ func Open(db storage.DB, cfg Config) (*Store, error) {
 		compactWake: make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		counts:      newCountCache(),
-		tail:        newLogTail(cfg.LogTailBytes),
+		tail:        newLogTail(cfg.LogTailBytes, cfg.PrevValueBytes),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := db.View(context.Background(), func(tx storage.ReadTx) error {

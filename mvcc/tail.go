@@ -53,6 +53,10 @@ import (
 type logTail struct {
 	maxBytes int
 
+	// latest knows the values held revisions put, for the previous values
+	// of later writes (latest.go). Guarded by mu.
+	latest *latestValues
+
 	mu   sync.Mutex
 	revs []tailRev // ascending revisions, gaps possible; guarded by mu
 	size int       // bytes of revs; guarded by mu
@@ -95,8 +99,13 @@ type tailEvent struct {
 // tailEventOverhead is what a held event costs besides its keys and values.
 const tailEventOverhead = 160
 
-func newLogTail(maxBytes int) *logTail {
-	return &logTail{maxBytes: maxBytes, decided: make(chan struct{})}
+// newLogTail holds up to maxBytes of revisions, and up to valueBytes of
+// the values they put (nothing when the tail is disabled).
+func newLogTail(maxBytes, valueBytes int) *logTail {
+	if maxBytes <= 0 {
+		valueBytes = 0
+	}
+	return &logTail{maxBytes: maxBytes, latest: newLatestValues(valueBytes), decided: make(chan struct{})}
 }
 
 // enabled reports whether the tail holds anything at all.
@@ -176,7 +185,7 @@ func (t *logTail) take(rev int64, changes []change) {
 		if c.prev != nil {
 			p := c.prev.meta
 			ev.prevKV = &mvccpb.KeyValue{Key: key, CreateRevision: p.CreateRev, ModRevision: p.ModRev, Version: p.Version, Lease: p.Lease}
-			switch v, ok := t.valueAt(key, p.ModRev); {
+			switch v, ok := t.latest.get(key, p.ModRev); {
 			case c.prev.has:
 				ev.prevKV.Value = bytes.Clone(c.prev.value)
 			case ok:
@@ -185,6 +194,7 @@ func (t *logTail) take(rev int64, changes []change) {
 				tr.prevUnknown = true
 			}
 		}
+		t.learnValue(ev)
 		tr.size += tailEventOverhead + 2*len(key) + len(ev.kv.Value) + len(ev.prevKV.GetValue())
 		tr.keysSize += tailEventOverhead + len(key)
 		tr.events[i] = ev
@@ -196,19 +206,14 @@ func (t *logTail) take(rev int64, changes []change) {
 	}
 }
 
-// valueAt is key's value as revision rev wrote it, if rev is held and put
-// key. The caller holds mu.
-func (t *logTail) valueAt(key []byte, rev int64) ([]byte, bool) {
-	i, ok := t.find(rev)
-	if !ok {
-		return nil, false
+// learnValue records the value ev put, or that it deleted its key. The
+// caller holds mu.
+func (t *logTail) learnValue(ev tailEvent) {
+	if ev.typ == mvccpb.PUT {
+		t.latest.put(ev.kv.Key, ev.kv.ModRevision, ev.kv.Value)
+	} else {
+		t.latest.forget(ev.kv.Key)
 	}
-	for _, ev := range t.revs[i].events {
-		if ev.typ == mvccpb.PUT && bytes.Equal(ev.kv.Key, key) {
-			return ev.kv.Value, true
-		}
-	}
-	return nil, false
 }
 
 // find returns the index of revision rev in revs. The caller holds mu.
@@ -397,6 +402,7 @@ func (t *logTail) hold(revs []RevisionEvents, compacted int64) {
 		tr := tailRev{rev: re.Rev, events: make([]tailEvent, len(re.Events))}
 		for i, ev := range re.Events {
 			tr.events[i] = tailEvent{typ: ev.Type, kv: ev.Kv, prevKV: ev.PrevKv}
+			t.learnValue(tr.events[i])
 			tr.size += tailEventOverhead + 2*len(ev.Kv.GetKey()) + len(ev.Kv.GetValue()) + len(ev.PrevKv.GetValue())
 			tr.keysSize += tailEventOverhead + len(ev.Kv.GetKey())
 		}

@@ -325,3 +325,65 @@ func TestTailServesNothingCompacted(t *testing.T) {
 		t.Fatalf("read above the compaction: %+v, %v", b, err)
 	}
 }
+
+// TestTailKnowsPreviousValuesOlderThanItself: an update that does not read
+// its previous value (kube-apiserver's: a Txn comparing the mod revision,
+// then a Put), and a delete, of a key whose last write already left the
+// tail, are still read back from memory with the previous value, as
+// storage holds it; without the values kept (PrevValueBytes < 0) they are
+// read from storage.
+func TestTailKnowsPreviousValuesOlderThanItself(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		valueBytes int
+		fromMemory bool
+	}{{"values kept", 0, true}, {"no values kept", -1, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			db := openPebble(t)
+			s := openStore(t, db, mvcc.Config{LogTailBytes: 16 << 10, PrevValueBytes: c.valueBytes})
+			plain := openStore(t, db, mvcc.Config{LogTailBytes: -1})
+			ctx := context.Background()
+			key := []byte("registry/pods/ns/p")
+			put, err := s.Put(ctx, &pb.PutRequest{Key: key, Value: []byte("created")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			filler := make([]byte, 1<<10)
+			for i := range 64 { // 64 KiB: the put leaves the 16 KiB tail
+				if _, err := s.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "registry/leases/n%d", i), Value: filler}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			upd, err := s.Txn(ctx, &pb.TxnRequest{
+				Compare: []*pb.Compare{{Key: key, Target: pb.Compare_MOD, Result: pb.Compare_EQUAL,
+					TargetUnion: &pb.Compare_ModRevision{ModRevision: put.Header.Revision}}},
+				Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: key, Value: []byte("scheduled")}}}},
+			})
+			if err != nil || !upd.Succeeded {
+				t.Fatalf("update: %v, %v", upd, err)
+			}
+			del, err := s.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rev, prev := range map[int64]string{upd.Header.Revision: "created", del.Header.Revision: "scheduled"} {
+				r := mvcc.WatchRead{From: rev, UpTo: rev, PrevKV: true}
+				got, err := s.ReadWatchEvents(ctx, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fromMemory := got.Reads == 0; fromMemory != c.fromMemory {
+					t.Errorf("revision %d read from memory: %v, want %v", rev, fromMemory, c.fromMemory)
+				}
+				want, err := plain.ReadWatchEvents(ctx, r)
+				if err != nil || len(got.Revs) != 1 || len(want.Revs) != 1 {
+					t.Fatalf("revision %d: %d revisions, storage %d (%v)", rev, len(got.Revs), len(want.Revs), err)
+				}
+				sameEvents(t, r, got.Revs[0], want.Revs[0])
+				if v := string(got.Revs[0].Events[0].PrevKv.GetValue()); v != prev {
+					t.Errorf("revision %d: previous value %q, want %q", rev, v, prev)
+				}
+			}
+		})
+	}
+}

@@ -95,13 +95,14 @@ func (r *Router) start(inst *instance, addr net.Addr) error {
 	return nil
 }
 
+// tenantLogTailBytes bounds each running tenant's log tail in memory, and
+// the values it keeps for previous values.
+const tenantLogTailBytes = 1 << 20
+
 // serverConfig is the template with the tenant's own settings: its log
 // field, its quotas, which g enforces and keeps current, its bound on
 // turns on the process's scheduler, and what a tenant needs less of than
 // a process.
-// tenantLogTailBytes bounds each running tenant's log tail in memory.
-const tenantLogTailBytes = 1 << 20
-
 func (r *Router) serverConfig(rec Record, g *guard, tn turns) server.Config {
 	sc := r.cfg.Server
 	sc.Logger = r.lg.With(zap.String("tenant", rec.Name))
@@ -118,8 +119,10 @@ func (r *Router) serverConfig(rec Record, g *guard, tn turns) server.Config {
 	// The revisions its store keeps in memory for watch reads (mvcc's log
 	// tail) are read within milliseconds of their commit by a running hub;
 	// a quarter of a single keyspace's 4 MiB keeps a thousand connected
-	// tenants under 1 GiB of them.
+	// tenants under 1 GiB of them, and as much of the values a tenant's
+	// keys last had (a single keyspace's 64 MiB) under another.
 	sc.MVCC.LogTailBytes = tenantLogTailBytes
+	sc.MVCC.PrevValueBytes = tenantLogTailBytes
 	if r.peers != nil {
 		sc.ForwardPeers, sc.ForwardTenant = r.peers, tenantTag(rec)
 	} else {
