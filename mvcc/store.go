@@ -61,7 +61,7 @@ type Config struct {
 	// OwnCommitGrace is how long WaitRev, on a store that committed in the
 	// last second, waits for its next commit before it sets up a storage
 	// watch (a transaction on FoundationDB); another process's commit is
-	// seen that much later. 0 means 5 ms, negative never waits.
+	// seen that much later. 0 means 50 ms, negative never waits.
 	OwnCommitGrace time.Duration
 }
 
@@ -123,7 +123,7 @@ func Open(db storage.DB, cfg Config) (*Store, error) {
 		cfg.PrevValueBytes = 64 << 20
 	}
 	if cfg.OwnCommitGrace == 0 {
-		cfg.OwnCommitGrace = 5 * time.Millisecond
+		cfg.OwnCommitGrace = 50 * time.Millisecond
 	}
 	cfg.Sequencer = cfg.Sequencer.WithDefaults()
 	s := &Store{
