@@ -60,8 +60,10 @@ type Config struct {
 	PrevValueBytes int
 	// OwnCommitGrace is how long WaitRev, on a store that committed in the
 	// last second, waits for its next commit before it sets up a storage
-	// watch (a transaction on FoundationDB); another process's commit is
-	// seen that much later. 0 means 50 ms, negative never waits.
+	// watch (a transaction on FoundationDB); another process's commit, and
+	// a staged request's, is seen that much later. 0 means 50 ms, or 5 ms
+	// on a store nothing else writes (SoleWriter), whose storage watch
+	// costs no transaction; negative never waits.
 	OwnCommitGrace time.Duration
 }
 
@@ -124,6 +126,9 @@ func Open(db storage.DB, cfg Config) (*Store, error) {
 	}
 	if cfg.OwnCommitGrace == 0 {
 		cfg.OwnCommitGrace = 50 * time.Millisecond
+		if cfg.SoleWriter {
+			cfg.OwnCommitGrace = 5 * time.Millisecond
+		}
 	}
 	cfg.Sequencer = cfg.Sequencer.WithDefaults()
 	s := &Store{
