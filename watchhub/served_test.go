@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/progress"
 )
@@ -119,4 +120,57 @@ func TestFeedKeepsFollowerOffStoreNotification(t *testing.T) {
 		rev := putKey(t, s, "k", "1")
 		drain(t, st, func(r Response) bool { return r.Kind == KindEvents && r.Rev == rev })
 	})
+}
+
+// TestFollowerWaitsForTheFeedRatherThanStorage: on a follower whose feed
+// from the owner is current, the owner's answer to a forwarded write
+// (Served) can arrive before the feed's message of the same commit; the
+// hub then waits for the feed and reads the revision from memory, not from
+// storage. The owner is another store on the same storage; the feed is
+// played by hand: its revisions handed to the follower's store (Hold),
+// then Committed raised, a few milliseconds after Served.
+func TestFollowerWaitsForTheFeedRatherThanStorage(t *testing.T) {
+	db := testdb.Open(t)
+	open := func() *mvcc.Store {
+		s, err := mvcc.Open(db, mvcc.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	owner, follower := open(), open()
+	served, committed := &progress.Served{}, &progress.Served{}
+	src := &deafSource{gatedSource: &gatedSource{Store: follower}}
+	h := newHub(t, src, Config{Served: served, Committed: committed, FeedGrace: time.Second})
+	feed := func(rev int64) {
+		b, ok := owner.ReadTail(mvcc.WatchRead{From: rev, UpTo: rev, PrevKV: true})
+		if !ok {
+			t.Fatalf("the owner does not hold revision %d", rev)
+		}
+		follower.Hold(b.Revs, b.Compacted)
+		committed.Observe(rev)
+	}
+	st := h.NewStream()
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := st.Watch(ctx, Options{Key: []byte("k"), PrevKV: true}); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, st, func(r Response) bool { return r.Kind == KindCreated })
+	rev := putKey(t, owner, "k", "0")
+	feed(rev)
+	drain(t, st, func(r Response) bool { return r.Kind == KindEvents && r.Rev == rev })
+	before := h.Stats().ReadsFromStorage
+	for i := range 5 {
+		rev := putKey(t, owner, "k", fmt.Sprint(i+1))
+		served.Observe(rev)
+		time.Sleep(5 * time.Millisecond)
+		feed(rev)
+		drain(t, st, func(r Response) bool { return r.Kind == KindEvents && r.Rev == rev })
+	}
+	if n := h.Stats().ReadsFromStorage - before; n != 0 {
+		t.Fatalf("the hub read %d of 5 revisions from storage that the feed brought", n)
+	}
 }
