@@ -163,13 +163,8 @@ type Hub struct {
 	answered struct{ memory, afterRead, followUps int64 } // progress requests, by how they were answered
 	reads    struct{ memory, storage int64 }              // the tail's reads of new revisions, by where they came from
 	stopping bool
-	// told says that the owner's feed told of a revision past what the
-	// tail's last wait for the store returned, so the next wait first
-	// waits for the feed (Config.FeedGrace). Only the tail's goroutine
-	// uses it.
-	told    bool
-	groups  []*group   // dispatch scratch
-	touched []*Watcher // dispatch scratch
+	groups   []*group   // dispatch scratch
+	touched  []*Watcher // dispatch scratch
 }
 
 // New starts a hub at the store's current revision.
@@ -367,7 +362,7 @@ func (h *Hub) waitHead() (int64, error) {
 		followed = h.followCommitted(ctx)
 	}
 	head, err := after, error(nil)
-	if !h.told || !h.toldWithin(wake) {
+	if !h.feedCurrent(after) || !h.toldWithin(wake) {
 		head, err = h.src.WaitRev(h.ctx, after, wake)
 	}
 	cancel()
@@ -375,12 +370,22 @@ func (h *Hub) waitHead() (int64, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.wake = nil
-	// A nil watermark's Load is 0.
-	h.told = !h.cfg.SoleWriter && h.cfg.Committed.Load() > max(head, after)
 	if h.ctx.Err() == nil && h.head > max(head, after) {
 		return h.head, nil
 	}
 	return head, err
+}
+
+// feedCurrent reports whether the owner's feed (Committed) has told of
+// every revision up to rev: while it has, the next revision's news comes
+// from the feed, and waiting for it costs no storage call. When the owner's
+// answer to a forwarded write told of a revision first (Served), the feed's
+// message of it is a moment behind, and the wait that follows still waits
+// for the feed first. A process without a feed, or whose feed is behind,
+// sets up the store's change notification at once.
+func (h *Hub) feedCurrent(rev int64) bool {
+	// A nil watermark's Load is 0.
+	return !h.cfg.SoleWriter && h.cfg.Committed != nil && h.cfg.Committed.Load() >= rev
 }
 
 // toldWithin reports whether wake closes within FeedGrace: news of a
@@ -460,10 +465,7 @@ func (h *Hub) learnHead(head int64) {
 // nothing. Only the tail's goroutine calls it.
 func (h *Hub) awaitFeed(next int64) {
 	c := h.cfg.Committed
-	if h.cfg.SoleWriter || c == nil {
-		return
-	}
-	if told := c.Load(); told >= next || told < next-1 {
+	if !h.feedCurrent(next-1) || c.Load() >= next {
 		return
 	}
 	t := time.NewTimer(h.cfg.FeedGrace)

@@ -126,7 +126,8 @@ func TestFeedKeepsFollowerOffStoreNotification(t *testing.T) {
 // from the owner is current, the owner's answer to a forwarded write
 // (Served) can arrive before the feed's message of the same commit; the
 // hub then waits for the feed and reads the revision from memory, not from
-// storage. The owner is another store on the same storage; the feed is
+// storage, and its next wait waits for the feed again rather than for the
+// store's change notification. The owner is another store on the same storage; the feed is
 // played by hand: its revisions handed to the follower's store (Hold),
 // then Committed raised, a few milliseconds after Served.
 func TestFollowerWaitsForTheFeedRatherThanStorage(t *testing.T) {
@@ -162,7 +163,7 @@ func TestFollowerWaitsForTheFeedRatherThanStorage(t *testing.T) {
 	rev := putKey(t, owner, "k", "0")
 	feed(rev)
 	drain(t, st, func(r Response) bool { return r.Kind == KindEvents && r.Rev == rev })
-	before := h.Stats().ReadsFromStorage
+	before, calls := h.Stats().ReadsFromStorage, src.calls.Load()
 	for i := range 5 {
 		rev := putKey(t, owner, "k", fmt.Sprint(i+1))
 		served.Observe(rev)
@@ -172,5 +173,8 @@ func TestFollowerWaitsForTheFeedRatherThanStorage(t *testing.T) {
 	}
 	if n := h.Stats().ReadsFromStorage - before; n != 0 {
 		t.Fatalf("the hub read %d of 5 revisions from storage that the feed brought", n)
+	}
+	if n := src.calls.Load() - calls; n != 0 {
+		t.Fatalf("the hub asked the store for its next revision %d times while the feed told it of each", n)
 	}
 }
