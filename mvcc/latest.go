@@ -53,9 +53,6 @@ func newLatestValues(maxBytes int) *latestValues {
 
 // get returns the value revision rev put at key, if held.
 func (l *latestValues) get(key []byte, rev int64) ([]byte, bool) {
-	if l.maxBytes <= 0 {
-		return nil, false
-	}
 	v, ok := l.byKey[string(key)]
 	if !ok || v.rev != rev {
 		return nil, false
@@ -66,11 +63,12 @@ func (l *latestValues) get(key []byte, rev int64) ([]byte, bool) {
 // put records that revision rev put value at key; revisions of one key come
 // in ascending order.
 func (l *latestValues) put(key []byte, rev int64, value []byte) {
-	if l.maxBytes <= 0 || latestValueOverhead+latestOrderOverhead+2*len(key)+len(value) > l.maxBytes {
+	k := string(key)
+	cost := valueCost(k, value) + latestOrderOverhead + len(k)
+	if cost > l.maxBytes {
 		l.forget(key)
 		return
 	}
-	k := string(key)
 	if old, ok := l.byKey[k]; ok {
 		if old.rev >= rev {
 			return
@@ -79,7 +77,7 @@ func (l *latestValues) put(key []byte, rev int64, value []byte) {
 	}
 	l.byKey[k] = latestValue{rev: rev, value: value}
 	l.order = append(l.order, keyRev{key: k, rev: rev})
-	l.size += valueCost(k, value) + latestOrderOverhead + len(k)
+	l.size += cost
 	for l.size > l.maxBytes {
 		l.dropOldest()
 	}

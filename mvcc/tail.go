@@ -53,13 +53,12 @@ import (
 type logTail struct {
 	maxBytes int
 
-	// latest knows the values held revisions put, for the previous values
-	// of later writes (latest.go). Guarded by mu.
-	latest *latestValues
-
 	mu   sync.Mutex
 	revs []tailRev // ascending revisions, gaps possible; guarded by mu
 	size int       // bytes of revs; guarded by mu
+	// latest knows the values held revisions put, for the previous values
+	// of later writes (latest.go). Guarded by mu.
+	latest *latestValues
 	// compacted is the newest compaction revision the store has seen;
 	// committed the newest revision its sequencer committed, which wrote
 	// committedHead to the head key at committedAt. Guarded by mu.
@@ -100,11 +99,8 @@ type tailEvent struct {
 const tailEventOverhead = 160
 
 // newLogTail holds up to maxBytes of revisions, and up to valueBytes of
-// the values they put (nothing when the tail is disabled).
+// the values they put.
 func newLogTail(maxBytes, valueBytes int) *logTail {
-	if maxBytes <= 0 {
-		valueBytes = 0
-	}
 	return &logTail{maxBytes: maxBytes, latest: newLatestValues(valueBytes), decided: make(chan struct{})}
 }
 
