@@ -223,6 +223,16 @@ func (p *pair) openWatchPair(t *testing.T) *watchPair {
 // compares the transcripts. It returns the reference's responses.
 func (wp *watchPair) step(t *testing.T, desc string, req *pb.WatchRequest) []*pb.WatchResponse {
 	t.Helper()
+	return wp.stepAtLeast(t, desc, req, 0)
+}
+
+// stepAtLeast is step for a write whose items (see items) are known: each
+// stream is collected until it gave at least want of them, then until quiet.
+// A loaded machine can keep both servers quiet for longer than watchQuiet
+// after a large write; the next step would then see two revisions at once,
+// whose response boundaries the servers may draw differently.
+func (wp *watchPair) stepAtLeast(t *testing.T, desc string, req *pb.WatchRequest, want int) []*pb.WatchResponse {
+	t.Helper()
 	if req != nil {
 		wp.ref.send(req)
 		wp.cand.send(req)
@@ -233,8 +243,8 @@ func (wp *watchPair) step(t *testing.T, desc string, req *pb.WatchRequest) []*pb
 		refErr, canErr     error
 	)
 	wg.Add(2)
-	go func() { defer wg.Done(); refResps, refErr = wp.ref.collect() }()
-	go func() { defer wg.Done(); canResps, canErr = wp.cand.collect() }()
+	go func() { defer wg.Done(); refResps, refErr = wp.ref.collectAtLeast(nil, want) }()
+	go func() { defer wg.Done(); canResps, canErr = wp.cand.collectAtLeast(nil, want) }()
 	wg.Wait()
 	// Either server, on a loaded machine, may be quiet for longer than
 	// watchQuiet before it answers (etcd catches up a watcher that starts
@@ -395,10 +405,11 @@ func TestWatchCompat(t *testing.T) {
 		for i, c := range []byte{'x', 'y'} {
 			req := txn(nil, ops(put("big/1", big(c)), put("big/2", big(c))), nil)
 			write(t, req)
-			wp4.step(t, fmt.Sprintf("txn #%d putting two 700 KiB values", i+1), nil)
+			// two events on each of the two watchers
+			wp4.stepAtLeast(t, fmt.Sprintf("txn #%d putting two 700 KiB values", i+1), nil, 4)
 		}
 		write(t, &pb.DeleteRangeRequest{Key: []byte("big/"), RangeEnd: prefixEnd([]byte("big/"))})
-		wp4.step(t, "delete big/", nil)
+		wp4.stepAtLeast(t, "delete big/", nil, 4)
 	})
 
 	t.Run("second-stream", func(t *testing.T) {
