@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -98,7 +99,11 @@ func (h *harness) runAll(ctx context.Context) int {
 func (h *harness) runStore(ctx context.Context, kind string) report.Result {
 	res := report.Result{Kind: kind, Title: stores.Title(kind)}
 	dir := filepath.Join(h.o.out, kind)
-	h.logf("%s: starting", res.Title)
+	// What an earlier store's run left in this process (goroutines that did
+	// not stop, a heap that did not shrink) would load the later stores'.
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	h.logf("%s: starting (harness: %d goroutines, %d MiB heap in use)", res.Title, runtime.NumGoroutine(), ms.HeapInuse>>20)
 	start := time.Now()
 	// A component that dies ends the run at once, with its log as the cause.
 	ctx, cancel := context.WithCancelCause(ctx)

@@ -126,6 +126,12 @@ func (s *sampler) usage() sli.Sample {
 	smp.Store = read(s.st.PIDs())
 	smp.Backing = read(s.st.Backing)
 	smp.Apiserver = read([]int{s.cl.Apiserver.PID()})
+	others := make([]int, 0, len(s.cl.Others))
+	for _, p := range s.cl.Others {
+		others = append(others, p.PID())
+	}
+	smp.Others = read(others)
+	smp.Harness = read([]int{os.Getpid()})
 	return smp
 }
 

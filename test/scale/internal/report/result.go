@@ -133,6 +133,9 @@ func resourceRows() []rowDef {
 		{"fdbserver peak RSS", Bytes, 0, omitEmpty, ifBacking(func(r Result) float64 { return float64(r.Final.Backing.PeakRSS) })},
 		{"kube-apiserver CPU seconds, measured phase", CPUSeconds, 0, 0, phaseCPU(apiserver)},
 		{"kube-apiserver peak RSS", Bytes, 0, 0, func(r Result) float64 { return float64(r.Final.Apiserver.PeakRSS) }},
+		{"controller-manager, scheduler and kwok CPU seconds, measured phase", CPUSeconds, 0, 0, phaseCPU(func(s sli.Sample) sli.Usage { return s.Others })},
+		{"harness CPU seconds, measured phase", CPUSeconds, 0, 0, phaseCPU(func(s sli.Sample) sli.Usage { return s.Harness })},
+		{"harness RSS at the end of the phase", Bytes, 0, 0, func(r Result) float64 { return float64(r.Phase().To.Harness.RSS) }},
 	}
 }
 

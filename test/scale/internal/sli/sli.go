@@ -105,6 +105,12 @@ type Sample struct {
 	Store     Usage            // the store's own processes
 	Backing   Usage            // the fdbserver under fdb-etcd, if any
 	Apiserver Usage
+	// Others are kube-controller-manager, kube-scheduler and kwok; Harness
+	// is this process (the load and the informers). Both load the machine
+	// every store shares, so a store measured after another can be compared
+	// with what ran beside it.
+	Others  Usage
+	Harness Usage
 }
 
 // Window is the change between two samples.
