@@ -101,6 +101,8 @@ func (h *harness) runStore(ctx context.Context, kind string) report.Result {
 	dir := filepath.Join(h.o.out, kind)
 	// What an earlier store's run left in this process (goroutines that did
 	// not stop, a heap that did not shrink) would load the later stores'.
+	// A collection first, so that the heap is what is still referenced.
+	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	h.logf("%s: starting (harness: %d goroutines, %d MiB heap in use)", res.Title, runtime.NumGoroutine(), ms.HeapInuse>>20)
