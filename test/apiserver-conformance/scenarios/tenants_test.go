@@ -250,7 +250,11 @@ func writeTenantPKI(dir string) (*fdbetcd.TLS, [2]*clientCert, error) {
 		return nil, certs, err
 	}
 	srv := &fdbetcd.TLS{CAFile: caFile}
-	srv.CertFile, srv.KeyFile, err = issueCert(dir, "fdb-etcd", ca, caKey, x509.ExtKeyUsageServerAuth)
+	// The replicas also present their serving certificate to each other when
+	// they forward writes to the owner (docs/operations.md): without client
+	// auth every replica commits its tenants' writes itself, and under load
+	// their batches conflict on each tenant's head until they time out.
+	srv.CertFile, srv.KeyFile, err = issueCert(dir, "fdb-etcd", ca, caKey, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return nil, certs, err
 	}
@@ -266,8 +270,9 @@ func writeTenantPKI(dir string) (*fdbetcd.TLS, [2]*clientCert, error) {
 }
 
 // issueCert writes a certificate for cn (with 127.0.0.1 and localhost as
-// its addresses) signed by ca, and its key, as dir/cn.crt and dir/cn.key.
-func issueCert(dir, cn string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage x509.ExtKeyUsage) (certFile, keyFile string, err error) {
+// its addresses, for the given usages) signed by ca, and its key, as
+// dir/cn.crt and dir/cn.key.
+func issueCert(dir, cn string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage ...x509.ExtKeyUsage) (certFile, keyFile string, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return "", "", err
@@ -278,7 +283,7 @@ func issueCert(dir, cn string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, us
 	}
 	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(48 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage,
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
