@@ -126,11 +126,7 @@ func (s *sampler) usage() sli.Sample {
 	smp.Store = read(s.st.PIDs())
 	smp.Backing = read(s.st.Backing)
 	smp.Apiserver = read([]int{s.cl.Apiserver.PID()})
-	others := make([]int, 0, len(s.cl.Others))
-	for _, p := range s.cl.Others {
-		others = append(others, p.PID())
-	}
-	smp.Others = read(others)
+	smp.Others = read(proc.PIDs(s.cl.Others))
 	smp.Harness = read([]int{os.Getpid()})
 	return smp
 }

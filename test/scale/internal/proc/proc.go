@@ -59,6 +59,15 @@ func Start(name, bin string, args, env []string, logPath string) (*Proc, error) 
 // PID is the process id.
 func (p *Proc) PID() int { return p.cmd.Process.Pid }
 
+// PIDs are the process ids of ps.
+func PIDs(ps []*Proc) []int {
+	out := make([]int, len(ps))
+	for i, p := range ps {
+		out[i] = p.PID()
+	}
+	return out
+}
+
 // Done is closed when the process has exited.
 func (p *Proc) Done() <-chan struct{} { return p.done }
 

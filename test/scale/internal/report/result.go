@@ -125,6 +125,8 @@ func resourceRows() []rowDef {
 	store := func(s sli.Sample) sli.Usage { return s.Store }
 	backing := func(s sli.Sample) sli.Usage { return s.Backing }
 	apiserver := func(s sli.Sample) sli.Usage { return s.Apiserver }
+	others := func(s sli.Sample) sli.Usage { return s.Others }
+	harness := func(s sli.Sample) sli.Usage { return s.Harness }
 	return []rowDef{
 		{"store CPU seconds, measured phase", CPUSeconds, 0, compare, phaseCPU(store)},
 		{"store CPU seconds, whole run", CPUSeconds, 0, 0, func(r Result) float64 { return r.Final.Store.CPU.Seconds() }},
@@ -133,9 +135,9 @@ func resourceRows() []rowDef {
 		{"fdbserver peak RSS", Bytes, 0, omitEmpty, ifBacking(func(r Result) float64 { return float64(r.Final.Backing.PeakRSS) })},
 		{"kube-apiserver CPU seconds, measured phase", CPUSeconds, 0, 0, phaseCPU(apiserver)},
 		{"kube-apiserver peak RSS", Bytes, 0, 0, func(r Result) float64 { return float64(r.Final.Apiserver.PeakRSS) }},
-		{"controller-manager, scheduler and kwok CPU seconds, measured phase", CPUSeconds, 0, 0, phaseCPU(func(s sli.Sample) sli.Usage { return s.Others })},
-		{"harness CPU seconds, measured phase", CPUSeconds, 0, 0, phaseCPU(func(s sli.Sample) sli.Usage { return s.Harness })},
-		{"harness RSS at the end of the phase", Bytes, 0, 0, func(r Result) float64 { return float64(r.Phase().To.Harness.RSS) }},
+		{"controller-manager, scheduler and kwok CPU seconds, measured phase", CPUSeconds, 0, 0, phaseCPU(others)},
+		{"harness CPU seconds, measured phase", CPUSeconds, 0, 0, phaseCPU(harness)},
+		{"harness RSS at the end of the phase", Bytes, 0, 0, func(r Result) float64 { return float64(harness(r.Phase().To).RSS) }},
 	}
 }
 

@@ -209,13 +209,7 @@ func waitHealthy(ctx context.Context, p *proc.Proc, url string, timeout time.Dur
 }
 
 // PIDs are the store's own processes.
-func (s *Store) PIDs() []int {
-	out := make([]int, len(s.Procs))
-	for i, p := range s.Procs {
-		out[i] = p.PID()
-	}
-	return out
-}
+func (s *Store) PIDs() []int { return proc.PIDs(s.Procs) }
 
 // Alive says which process, if any, has exited.
 func (s *Store) Alive() error {
