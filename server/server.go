@@ -348,7 +348,7 @@ func (s *Server) writeRoutes() (kv.Evaluator, leasesvc.Lessor) {
 	}
 	peers := s.cfg.ForwardPeers
 	if peers == nil {
-		s.peers = forward.NewPeers(s.ops.clientTLS)
+		s.peers = forward.NewPeers(s.ops.clientTLS, s.lg)
 		s.OnShutdown(s.peers.Close)
 		peers = s.peers
 	}

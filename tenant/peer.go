@@ -69,7 +69,7 @@ func (r *Router) startPeers() {
 	if r.cfg.PeerTLS == nil || !r.cfg.Server.ForwardWrites {
 		return
 	}
-	r.peers = forward.NewPeers(r.cfg.PeerTLS)
+	r.peers = forward.NewPeers(r.cfg.PeerTLS, r.lg)
 	r.peerSrv = grpc.NewServer(grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
 		return rpctypes.ErrGRPCPermissionDenied
 	}))

@@ -3,15 +3,19 @@ package forward
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
@@ -24,6 +28,7 @@ type Peers struct {
 	// replica's certificate and the trusted CAs as they are now); nil when
 	// TLS is off.
 	tls func() *tls.Config
+	lg  *zap.Logger
 
 	mu     sync.Mutex
 	conns  map[string]peer // guarded by mu
@@ -31,14 +36,33 @@ type Peers struct {
 }
 
 type peer struct {
+	url   string
 	cc    *grpc.ClientConn
 	kv    pb.KVClient
 	lease pb.LeaseClient
+	// down is set while the connection has failed since it was last up:
+	// the owner's log need not say why (a refused client certificate
+	// leaves no trace there), so this replica says when it starts and
+	// stops committing its writes itself, once each time.
+	down *atomic.Bool
 }
 
-// NewPeers returns an empty connection set; tlsConfig may be nil.
-func NewPeers(tlsConfig func() *tls.Config) *Peers {
-	return &Peers{tls: tlsConfig, conns: map[string]peer{}}
+// NewPeers returns an empty connection set; tlsConfig and lg may be nil.
+// It warns at once when the certificate this replica presents to the
+// others cannot pass their client verification: every write it receives
+// would then be committed here instead of at the owner, which works but
+// conflicts with the owner's commits on the head revision and under load
+// times out, looking like a slow cluster rather than a refused one.
+func NewPeers(tlsConfig func() *tls.Config, lg *zap.Logger) *Peers {
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	if err := clientCertUsable(tlsConfig); err != nil {
+		lg.Warn("other replicas will refuse this replica's certificate, so the writes it receives are committed here "+
+			"instead of at the write owner; issue it with the clientAuth extended key usage, or give --client-cert-file one that has it",
+			zap.Error(err))
+	}
+	return &Peers{tls: tlsConfig, lg: lg, conns: map[string]peer{}}
 }
 
 // ready returns the connection to the replica at rawURL once it is up. A
@@ -58,8 +82,16 @@ func (p *Peers) ready(ctx context.Context, rawURL string) (peer, bool) {
 		st := pr.cc.GetState()
 		switch st {
 		case connectivity.Ready:
+			if pr.down.CompareAndSwap(true, false) {
+				p.lg.Info("write owner reachable again: forwarding writes to it", zap.String("owner", pr.url))
+			}
 			return pr, true
 		case connectivity.TransientFailure, connectivity.Shutdown:
+			if st == connectivity.TransientFailure && pr.down.CompareAndSwap(false, true) {
+				p.lg.Warn("cannot connect to the write owner: committing writes here until it can be reached "+
+					"(check that its certificate is trusted here and that it accepts this replica's as a client's)",
+					zap.String("owner", pr.url))
+			}
 			pr.cc.Connect() // try again, for the next write
 			return peer{}, false
 		case connectivity.Idle:
@@ -118,7 +150,7 @@ func (p *Peers) conn(rawURL string) (peer, bool) {
 		if err != nil {
 			return peer{}, false
 		}
-		pr = peer{cc: cc, kv: pb.NewKVClient(cc), lease: pb.NewLeaseClient(cc)}
+		pr = peer{url: rawURL, cc: cc, kv: pb.NewKVClient(cc), lease: pb.NewLeaseClient(cc), down: new(atomic.Bool)}
 		p.conns[rawURL] = pr
 	}
 	return pr, true
@@ -186,6 +218,51 @@ func (c reloadingTLS) Clone() credentials.TransportCredentials { return c }
 
 // OverrideServerName is deprecated in gRPC; the name comes from the URL.
 func (reloadingTLS) OverrideServerName(string) error { return errNoOverride }
+
+// clientCertUsable returns why the certificate config presents as a
+// client would fail another replica's verification (Go's, as gRPC servers
+// verify clients), or nil: one that lists extended key usages must allow
+// client authentication among them. A server certificate issued for
+// serverAuth alone is the usual case.
+func clientCertUsable(config func() *tls.Config) error {
+	if config == nil {
+		return nil
+	}
+	cfg := config()
+	if cfg == nil {
+		return nil
+	}
+	var cert *tls.Certificate
+	switch {
+	case cfg.GetClientCertificate != nil:
+		c, err := cfg.GetClientCertificate(&tls.CertificateRequestInfo{})
+		if err != nil {
+			return err
+		}
+		cert = c
+	case len(cfg.Certificates) > 0:
+		cert = &cfg.Certificates[0]
+	}
+	if cert == nil || len(cert.Certificate) == 0 {
+		return nil
+	}
+	leaf := cert.Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return err
+		}
+	}
+	if len(leaf.ExtKeyUsage) == 0 && len(leaf.UnknownExtKeyUsage) == 0 {
+		return nil // no restriction
+	}
+	for _, u := range leaf.ExtKeyUsage {
+		if u == x509.ExtKeyUsageClientAuth || u == x509.ExtKeyUsageAny {
+			return nil
+		}
+	}
+	return fmt.Errorf("certificate %q: its extended key usage does not include clientAuth", leaf.Subject.CommonName)
+}
 
 // isEtcdError reports whether err is an answer from etcd's API (an error
 // etcd itself sends, such as compacted or request too large) rather than a

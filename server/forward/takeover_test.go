@@ -67,7 +67,7 @@ func TestWriteWaitsForATakeover(t *testing.T) {
 	ownerURL := serveOwner(t, nil)
 
 	own := ownertest.New(owner.View{})
-	peers := NewPeers(nil)
+	peers := NewPeers(nil, nil)
 	t.Cleanup(peers.Close)
 	obs := &countingObserver{counts: map[string]int{}}
 	f := New(own, peers, obs)
@@ -126,7 +126,7 @@ func TestYieldedWriteGoesToTheOwner(t *testing.T) {
 	deadURL := deadOwner(t)
 
 	own := ownertest.New(owner.View{Epoch: 1, ID: 5, URL: deadURL})
-	peers := NewPeers(nil)
+	peers := NewPeers(nil, nil)
 	t.Cleanup(peers.Close)
 	obs := &countingObserver{counts: map[string]int{}}
 	local := &yieldingStore{own: own, owner: owner.View{Epoch: 2, ID: 7, URL: ownerURL}}
@@ -178,7 +178,7 @@ func TestYieldedWriteGoesToTheOwner(t *testing.T) {
 func TestUnreachableOwnerIsLookedUpAgain(t *testing.T) {
 	deadURL := deadOwner(t)
 	own := ownertest.New(owner.View{Epoch: 1, ID: 5, URL: deadURL})
-	peers := NewPeers(nil)
+	peers := NewPeers(nil, nil)
 	t.Cleanup(peers.Close)
 	f := New(own, peers, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

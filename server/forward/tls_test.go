@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/owner"
@@ -24,7 +25,7 @@ func startTLS(t *testing.T, db storage.DB, name string, files tlstest.Files) (*s
 	t.Helper()
 	l := listen(t)
 	u := url.URL{Scheme: "https", Host: l.Addr().String()}
-	return serveTLS(t, db, name, files, l, u), u.String()
+	return serveTLS(t, db, name, files, l, u, zap.NewNop()), u.String()
 }
 
 func listen(t *testing.T) net.Listener {
@@ -37,14 +38,14 @@ func listen(t *testing.T) net.Listener {
 }
 
 // serveTLS serves a replica on l that the others reach at advertise.
-func serveTLS(t *testing.T, db storage.DB, name string, files tlstest.Files, l net.Listener, advertise url.URL) *server.Server {
+func serveTLS(t *testing.T, db storage.DB, name string, files tlstest.Files, l net.Listener, advertise url.URL, lg *zap.Logger) *server.Server {
 	t.Helper()
 	srv, err := server.New(server.Config{
 		Name:                name,
 		ListenClientURLs:    []url.URL{{Scheme: "https", Host: l.Addr().String()}},
 		AdvertiseClientURLs: []url.URL{advertise},
 		TLS:                 tlsconfig.Config{CertFile: files.Cert, KeyFile: files.Key, TrustedCAFile: files.CA, ClientCertAuth: true, ReloadInterval: -1},
-		Logger:              zap.NewNop(),
+		Logger:              lg,
 		ForwardWrites:       true,
 		Owner:               owner.Config{TTL: time.Second},
 	}, shared{db})
@@ -116,7 +117,7 @@ func TestForwardFollowsCARotation(t *testing.T) {
 	// a, the owner, is reached through a proxy that can cut connections.
 	la := listen(t)
 	px := startProxy(t, la.Addr().String())
-	serveTLS(t, db, "a", tlstest.Write(t, dirA, old.Server(t, "a"), old), la, url.URL{Scheme: "https", Host: px.addr()})
+	serveTLS(t, db, "a", tlstest.Write(t, dirA, old.Server(t, "a"), old), la, url.URL{Scheme: "https", Host: px.addr()}, zap.NewNop())
 	b, bURL := startTLS(t, db, "b", tlstest.Write(t, dirB, old.Server(t, "b"), old))
 	forwardsOK(t, tlsClient(t, bURL, old), b, 0)
 	before := metricValue(string(scrapeHandler(t, b)), `fdb_etcd_forward_writes_total{result="ok"}`)
@@ -125,6 +126,57 @@ func TestForwardFollowsCARotation(t *testing.T) {
 	tlstest.Write(t, dirB, next.Server(t, "b"), next)
 	px.cut()
 	forwardsOK(t, tlsClient(t, bURL, next), b, before)
+}
+
+// TestRefusedCertificateIsLogged: a replica whose certificate allows
+// server authentication only is refused by the owner when it forwards, and
+// commits its writes itself. That works, but under load its commits
+// conflict with the owner's until they time out, which looks like a slow
+// cluster: the replica must say why at its start, say once when it begins
+// committing locally, and once when a reissued certificate lets it forward
+// again.
+func TestRefusedCertificateIsLogged(t *testing.T) {
+	ca := tlstest.NewCA(t, "etcd-ca")
+	db := testdb.Open(t)
+	aLog, aLogs := observer.New(zap.InfoLevel)
+	bLog, bLogs := observer.New(zap.InfoLevel)
+	la, lb := listen(t), listen(t)
+	serveTLS(t, db, "a", tlstest.Write(t, t.TempDir(), ca.Server(t, "a"), ca), la,
+		url.URL{Scheme: "https", Host: la.Addr().String()}, zap.New(aLog))
+	dirB := t.TempDir()
+	bURL := url.URL{Scheme: "https", Host: lb.Addr().String()}
+	b := serveTLS(t, db, "b", tlstest.Write(t, dirB, ca.ServerOnly(t, "b"), ca), lb, bURL, zap.New(bLog))
+
+	const refused = "other replicas will refuse this replica's certificate"
+	if n := aLogs.FilterMessageSnippet(refused).Len(); n != 0 {
+		t.Errorf("a, whose certificate allows client auth, warned %d times that it would be refused", n)
+	}
+	if n := bLogs.FilterMessageSnippet(refused).Len(); n != 1 {
+		t.Fatalf("b, whose certificate allows server auth only, warned %d times that it would be refused; want 1", n)
+	}
+
+	cli := tlsClient(t, bURL.String(), ca)
+	c := ctx(t)
+	for range 5 {
+		if _, err := cli.Put(c, "k", "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text := string(scrapeHandler(t, b))
+	if ok, local := metricValue(text, `fdb_etcd_forward_writes_total{result="ok"}`),
+		metricValue(text, `fdb_etcd_forward_writes_total{result="local"}`); ok != 0 || local != 5 {
+		t.Fatalf("b's 5 writes with a refused certificate: %d forwarded, %d committed here; want 0 and 5", ok, local)
+	}
+	const unreachable, reachable = "cannot connect to the write owner", "write owner reachable again"
+	if n := bLogs.FilterMessageSnippet(unreachable).Len(); n != 1 {
+		t.Errorf("b logged %d times that it cannot connect to the owner over 5 writes; want 1", n)
+	}
+
+	tlstest.Write(t, dirB, ca.Server(t, "b"), ca)
+	forwardsOK(t, cli, b, 0)
+	if n := bLogs.FilterMessageSnippet(reachable).Len(); n != 1 {
+		t.Errorf("b logged %d times that the owner is reachable again once its certificate was reissued; want 1", n)
+	}
 }
 
 // proxy relays TCP connections to target and can cut them all.

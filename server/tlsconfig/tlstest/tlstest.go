@@ -84,6 +84,19 @@ func (ca *CA) Server(t testing.TB, cn string) Pair {
 	})
 }
 
+// ServerOnly issues a serving certificate like Server's whose extended key
+// usage allows server authentication only: a replica presenting it to
+// another, as a client, is refused.
+func (ca *CA) ServerOnly(t testing.TB, cn string) Pair {
+	t.Helper()
+	return ca.issue(t, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn},
+		DNSNames:    []string{"localhost"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+}
+
 // Client issues a client certificate.
 func (ca *CA) Client(t testing.TB, cn string) Pair {
 	t.Helper()
