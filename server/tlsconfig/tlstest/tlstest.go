@@ -76,12 +76,7 @@ func (p Pair) TLS(t testing.TB) tls.Certificate {
 // Server issues a serving certificate for 127.0.0.1, ::1 and localhost.
 func (ca *CA) Server(t testing.TB, cn string) Pair {
 	t.Helper()
-	return ca.issue(t, &x509.Certificate{
-		Subject:     pkix.Name{CommonName: cn},
-		DNSNames:    []string{"localhost"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	})
+	return ca.serving(t, cn, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 }
 
 // ServerOnly issues a serving certificate like Server's whose extended key
@@ -89,11 +84,16 @@ func (ca *CA) Server(t testing.TB, cn string) Pair {
 // another, as a client, is refused.
 func (ca *CA) ServerOnly(t testing.TB, cn string) Pair {
 	t.Helper()
+	return ca.serving(t, cn, x509.ExtKeyUsageServerAuth)
+}
+
+func (ca *CA) serving(t testing.TB, cn string, usages ...x509.ExtKeyUsage) Pair {
+	t.Helper()
 	return ca.issue(t, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: cn},
 		DNSNames:    []string{"localhost"},
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage: usages,
 	})
 }
 
