@@ -131,18 +131,27 @@ func (s *sampler) usage() sli.Sample {
 	return smp
 }
 
-// storeProfiles saves, from the store's first process (etcd and fdb-etcd
-// both serve /debug/pprof on the client port with --enable-pprof), a CPU
-// profile of d starting after the given time, then its goroutines' stacks
-// twice a second apart: where requests wait, which a CPU profile misses.
+// storeProfiles saves a CPU profile of d, starting after the given time,
+// from every store process at once (etcd and fdb-etcd both serve
+// /debug/pprof on the client port with --enable-pprof): a follower's CPU
+// is not the owner's. Then, from the first process, its goroutines'
+// stacks twice a second apart: where requests wait, which a CPU profile
+// misses.
 func (s *sampler) storeProfiles(ctx context.Context, after, d time.Duration, dir string) {
 	select {
 	case <-ctx.Done():
 		return
 	case <-time.After(after):
 	}
+	var wg sync.WaitGroup
+	for i, u := range s.st.ClientURLs {
+		wg.Go(func() {
+			s.fetch(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", u, int(d.Seconds())), d+time.Minute,
+				filepath.Join(dir, fmt.Sprintf("store-cpu-%d.pprof", i)))
+		})
+	}
+	wg.Wait()
 	base := s.st.ClientURLs[0] + "/debug/pprof/"
-	s.fetch(ctx, fmt.Sprintf("%sprofile?seconds=%d", base, int(d.Seconds())), d+time.Minute, filepath.Join(dir, "store-cpu.pprof"))
 	for i := range 2 {
 		if i > 0 {
 			select {
