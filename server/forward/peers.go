@@ -86,12 +86,14 @@ func (p *Peers) ready(ctx context.Context, rawURL string) (peer, bool) {
 				p.lg.Info("write owner reachable again: forwarding writes to it", zap.String("owner", pr.url))
 			}
 			return pr, true
-		case connectivity.TransientFailure, connectivity.Shutdown:
-			if st == connectivity.TransientFailure && pr.down.CompareAndSwap(false, true) {
+		case connectivity.TransientFailure:
+			if pr.down.CompareAndSwap(false, true) {
 				p.lg.Warn("cannot connect to the write owner: committing writes here until it can be reached "+
 					"(check that its certificate is trusted here and that it accepts this replica's as a client's)",
 					zap.String("owner", pr.url))
 			}
+			fallthrough
+		case connectivity.Shutdown:
 			pr.cc.Connect() // try again, for the next write
 			return peer{}, false
 		case connectivity.Idle:
