@@ -90,7 +90,7 @@ func (p *Peers) ready(ctx context.Context, rawURL string) (peer, bool) {
 			if pr.down.CompareAndSwap(false, true) {
 				p.lg.Warn("cannot connect to the write owner: committing writes here until it can be reached "+
 					"(check that its certificate is trusted here and that it accepts this replica's as a client's)",
-					zap.String("owner", pr.url))
+					zap.String("owner", pr.url), zap.Error(lastConnError(ctx, pr.cc)))
 			}
 			fallthrough
 		case connectivity.Shutdown:
@@ -103,6 +103,17 @@ func (p *Peers) ready(ctx context.Context, rawURL string) (peer, bool) {
 			return peer{}, false
 		}
 	}
+}
+
+// lastConnError is why the connection to an owner failed, as gRPC knows
+// it: a fail-fast call on a connection in TransientFailure returns at once,
+// without sending anything, with the last connection error (a dial
+// refused, a handshake failed, the owner refusing this replica's
+// certificate) in its message. nil if the connection came up meanwhile and
+// the call, a Status, succeeded.
+func lastConnError(ctx context.Context, cc *grpc.ClientConn) error {
+	_, err := pb.NewMaintenanceClient(cc).Status(ctx, &pb.StatusRequest{})
+	return err
 }
 
 // connectWait bounds how long a write waits for the connection to the

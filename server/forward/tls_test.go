@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -168,8 +169,11 @@ func TestRefusedCertificateIsLogged(t *testing.T) {
 		t.Fatalf("b's 5 writes with a refused certificate: %d forwarded, %d committed here; want 0 and 5", ok, local)
 	}
 	const unreachable, reachable = "cannot connect to the write owner", "write owner reachable again"
-	if n := bLogs.FilterMessageSnippet(unreachable).Len(); n != 1 {
-		t.Errorf("b logged %d times that it cannot connect to the owner over 5 writes; want 1", n)
+	if logs := bLogs.FilterMessageSnippet(unreachable).All(); len(logs) != 1 {
+		t.Errorf("b logged %d times that it cannot connect to the owner over 5 writes; want 1", len(logs))
+	} else if e, _ := logs[0].ContextMap()["error"].(string); !strings.Contains(e, "tls: bad certificate") {
+		// The owner's refusal, as the TLS alert it sent: what to fix.
+		t.Errorf("b's log that it cannot connect has error %q; want the owner's refusal of its certificate (tls: bad certificate)", e)
 	}
 
 	tlstest.Write(t, dirB, ca.Server(t, "b"), ca)
