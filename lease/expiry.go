@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"time"
@@ -25,7 +26,7 @@ func (l *Lessor) run() {
 	for !l.stopped() {
 		changed := l.owner.Changed()
 		st := l.adopt()
-		wake := l.clock.Now().Add(l.cfg.ScanInterval)
+		wake := wakePlan{at: l.clock.Now().Add(l.cfg.ScanInterval)}
 		if st.owned && !st.promoted {
 			if done, err := l.promotePage(st); err == nil && !done {
 				continue
@@ -44,8 +45,59 @@ func (l *Lessor) run() {
 			}
 			wake = next
 		}
-		l.clock.Sleep(wake.Sub(l.clock.Now()), l.stop, changed)
+		l.sleep(wake, changed)
 	}
+}
+
+// wakePlan is when the run loop wakes next: at at, or, when watch is set,
+// as soon as the wake key differs from seen.
+type wakePlan struct {
+	at    time.Time
+	watch bool
+	seen  []byte
+}
+
+// sleep waits for p, a change of ownership or Stop. The wake key is waited
+// for on a goroutine of its own, which sleep cancels and joins before it
+// returns. A change of the key does not end the sleep at once: the lease
+// that changed it is due MinTTL after its grant at the earliest, at least
+// ScanInterval away, so the loop sleeps ScanInterval more, and reads the
+// index at most once per ScanInterval however often leases are granted. A
+// wait that fails (FoundationDB's limit on watches, say) does the same, so
+// the index is then read every ScanInterval, as if no deadline were far.
+func (l *Lessor) sleep(p wakePlan, changed <-chan struct{}) {
+	if !p.watch {
+		l.clock.Sleep(p.at.Sub(l.clock.Now()), l.stop, changed)
+		return
+	}
+	// l.ctx ends right after l.stop closes, so the watch's end covers Stop.
+	ctx, cancel := context.WithCancel(l.ctx)
+	woken := make(chan struct{})
+	var err error // set before woken closes
+	go func() {
+		defer close(woken)
+		err = l.db.WaitChange(ctx, wakeKey, p.seen)
+	}()
+	l.clock.Sleep(p.at.Sub(l.clock.Now()), changed, woken)
+	var ended bool // the wait ended by itself, not by cancel
+	select {
+	case <-woken:
+		ended = true
+	default:
+	}
+	cancel()
+	<-woken
+	if !ended || l.ctx.Err() != nil {
+		return // the time, ownership or Stop ended the sleep
+	}
+	if err != nil {
+		log := l.lg.Debug
+		if !l.watchFailed {
+			log, l.watchFailed = l.lg.Warn, true
+		}
+		log("waiting for new lease deadlines; reading them every scan interval instead", zap.Error(err))
+	}
+	l.clock.Sleep(min(p.at.Sub(l.clock.Now()), l.cfg.ScanInterval), l.stop, changed)
 }
 
 func (l *Lessor) state() ownState {
@@ -199,20 +251,20 @@ func (r expiryRetry) waiting(id int64, now time.Time) (time.Time, bool) {
 // expirePass expires the due leases at the start of the index, skipping
 // those waiting to be retried, and returns when to wake next; more means
 // there may be more due leases and the caller should go again at once.
-func (l *Lessor) expirePass(st ownState, retry expiryRetry) (next time.Time, more bool) {
+func (l *Lessor) expirePass(st ownState, retry expiryRetry) (next wakePlan, more bool) {
 	now := l.clock.Now()
 	due, next, full, err := l.dueLeases(now, retry)
 	if err != nil {
 		if l.ctx.Err() == nil {
 			l.lg.Warn("reading lease deadlines", zap.Error(err))
 		}
-		return now.Add(l.cfg.ScanInterval), false
+		return wakePlan{at: now.Add(l.cfg.ScanInterval)}, false
 	}
 	stale, lost := l.expireDue(st, due, now, retry)
 	l.clearStale(stale)
 	for _, e := range due {
-		if at, wait := retry.waiting(e.id, now); wait && at.Before(next) {
-			next = at
+		if at, wait := retry.waiting(e.id, now); wait && at.Before(next.at) {
+			next.at = at
 		}
 	}
 	// The leases that failed wait now, so the next pass gets past them.
@@ -223,13 +275,45 @@ func (l *Lessor) expirePass(st ownState, retry expiryRetry) (next time.Time, mor
 // ExpireBatch, skipping leases waiting to be retried, until it has
 // ExpireBatch due leases (full) or reaches the first lease not yet due. next
 // is the earliest time another lease becomes due or may be retried, within
-// ScanInterval.
-func (l *Lessor) dueLeases(now time.Time, retry expiryRetry) (due []indexEntry, next time.Time, full bool, err error) {
+// ScanInterval; with none that close, the earliest deadline beyond, within
+// QuietScanInterval, or a new deadline written since the first page's
+// snapshot (the wake key).
+func (l *Lessor) dueLeases(now time.Time, retry expiryRetry) (due []indexEntry, next wakePlan, full bool, err error) {
 	nowN := now.UnixMicro()
-	next = now.Add(l.cfg.ScanInterval)
-	end := indexUpTo(next.UnixMicro())
-	for from := indexPrefix; ; {
-		var kvs []storage.KeyValue
+	next = wakePlan{at: now.Add(l.cfg.ScanInterval)}
+	end := indexUpTo(next.at.UnixMicro())
+	quiet, err := l.readQuiet(end)
+	if err != nil {
+		return nil, next, false, err
+	}
+	retrying := false
+	for kvs := quiet.window; ; {
+		for _, kv := range kvs {
+			d, id, err := parseIndex(kv.Key)
+			if err != nil {
+				return nil, next, false, err
+			}
+			if d > nowN {
+				next.at = minTime(next.at, time.UnixMicro(d))
+				return due, next, false, nil
+			}
+			if at, wait := retry.waiting(id, now); wait {
+				next.at, retrying = minTime(next.at, at), true
+				continue
+			}
+			if due = append(due, indexEntry{d, id}); len(due) == l.cfg.ExpireBatch {
+				return due, next, true, nil
+			}
+		}
+		if len(kvs) < l.cfg.ExpireBatch {
+			if len(due) == 0 && !retrying {
+				// Nothing due, retried or near: sleep until the earliest
+				// deadline or a new one.
+				next = quiet.plan(now, l.cfg.QuietScanInterval)
+			}
+			return due, next, false, nil
+		}
+		from := append(kvs[len(kvs)-1].Key, 0)
 		err := l.db.View(l.ctx, func(tx storage.ReadTx) error {
 			var err error
 			kvs, err = tx.GetRange(from, end, storage.RangeOptions{Limit: l.cfg.ExpireBatch})
@@ -238,27 +322,50 @@ func (l *Lessor) dueLeases(now time.Time, retry expiryRetry) (due []indexEntry, 
 		if err != nil {
 			return nil, next, false, err
 		}
-		for _, kv := range kvs {
-			d, id, err := parseIndex(kv.Key)
-			if err != nil {
-				return nil, next, false, err
-			}
-			if d > nowN {
-				return due, minTime(next, time.UnixMicro(d)), false, nil
-			}
-			if at, wait := retry.waiting(id, now); wait {
-				next = minTime(next, at)
-				continue
-			}
-			if due = append(due, indexEntry{d, id}); len(due) == l.cfg.ExpireBatch {
-				return due, next, true, nil
-			}
-		}
-		if len(kvs) < l.cfg.ExpireBatch {
-			return due, next, false, nil
-		}
-		from = append(kvs[len(kvs)-1].Key, 0)
 	}
+}
+
+// quietRead is the first page of the index window read with what a quiet
+// sleep needs from the same snapshot.
+type quietRead struct {
+	window   []storage.KeyValue // the window's first page
+	seen     []byte             // the wake key
+	earliest int64              // the first deadline past the window; -1 for none
+}
+
+// readQuiet reads the window's first page, the wake key and the first
+// deadline past the window in one snapshot (one round trip).
+func (l *Lessor) readQuiet(end []byte) (quietRead, error) {
+	var q quietRead
+	err := l.db.View(l.ctx, func(tx storage.ReadTx) error {
+		vals, ranges, err := storage.ReadBatch(tx, [][]byte{wakeKey}, []storage.RangeRead{
+			{Begin: indexPrefix, End: end, Opt: storage.RangeOptions{Limit: l.cfg.ExpireBatch}},
+			{Begin: end, End: indexEnd, Opt: storage.RangeOptions{Limit: 1}},
+		})
+		if err != nil {
+			return err
+		}
+		q = quietRead{window: ranges[0], seen: vals[0], earliest: -1}
+		if len(ranges[1]) == 1 {
+			d, _, err := parseIndex(ranges[1][0].Key)
+			if err != nil {
+				return err
+			}
+			q.earliest = d
+		}
+		return nil
+	})
+	return q, err
+}
+
+// plan is the quiet sleep: until the earliest deadline, at most max, and
+// woken by a change of the wake key.
+func (q quietRead) plan(now time.Time, max time.Duration) wakePlan {
+	at := now.Add(max)
+	if q.earliest >= 0 {
+		at = minTime(at, time.UnixMicro(q.earliest))
+	}
+	return wakePlan{at: at, watch: true, seen: q.seen}
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -24,6 +24,9 @@
 // failover or restart. The owner's expiry timers come from a window of the
 // deadline index (deadlines within ScanInterval) re-read at each wake; since
 // ScanInterval <= MinTTL, a lease granted anywhere is seen before it is due.
+// With no deadline in the window the owner sleeps until the earliest one,
+// woken early by the wake key that every new or earlier deadline changes,
+// so a keyspace without leases due soon costs no reads.
 //
 // Past its deadline a lease cannot be renewed, as with etcd's lessor: a
 // keep-alive that finds it due waits until the owner's revoke commits and
@@ -87,8 +90,17 @@ type Config struct {
 	// the owner (etcd's Promote(electionTimeout)); default 1 s.
 	Extend time.Duration
 	// ScanInterval bounds the time between two reads of the deadline index
-	// by the owner; it is capped at MinTTL. Default 1 s.
+	// by the owner while a deadline is that close; it is capped at MinTTL.
+	// Default 1 s.
 	ScanInterval time.Duration
+	// QuietScanInterval bounds it while none is: the owner then sleeps
+	// until the earliest deadline and wakes early when a deadline that may
+	// be earlier is written (the wake key), so a tenant without leases
+	// reads nothing in between. The bound only matters for grants by
+	// processes that do not write the wake key (an older version, during
+	// a rolling upgrade): their leases expire up to this late. Default
+	// 10 s; never below ScanInterval.
+	QuietScanInterval time.Duration
 	// RenewSlack is how far beyond now+TTL a keep-alive writes the deadline,
 	// so that back-to-back keep-alives are answered from a read; capped at
 	// TTL/4 per lease. Default 1 s; negative means none.
@@ -130,6 +142,10 @@ func (c *Config) defaults() {
 		c.ScanInterval = time.Second
 	}
 	c.ScanInterval = min(c.ScanInterval, ttlDuration(c.MinTTL))
+	if c.QuietScanInterval <= 0 {
+		c.QuietScanInterval = 10 * time.Second
+	}
+	c.QuietScanInterval = max(c.QuietScanInterval, c.ScanInterval)
 	if c.RenewSlack == 0 {
 		c.RenewSlack = time.Second
 	}
@@ -179,6 +195,9 @@ type Lessor struct {
 
 	mu  sync.Mutex
 	own ownState // guarded by mu; the run loop alone writes it
+
+	watchFailed bool // a wait for the wake key failed and was logged; the run loop's alone
+
 }
 
 type ownState struct {

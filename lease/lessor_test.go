@@ -1075,3 +1075,107 @@ func TestKeepAlivesShareOneRead(t *testing.T) {
 		t.Fatalf("%d keep-alives took %v, want at most %d read-only transactions", leases+1, c, leases/4)
 	}
 }
+
+// indexReads counts the reads of the deadline index from its start made
+// through it: one per expiry pass.
+type indexReads struct {
+	storage.DB
+	n atomic.Int64
+}
+
+func (d *indexReads) View(ctx context.Context, fn func(storage.ReadTx) error) error {
+	return d.DB.View(ctx, func(tx storage.ReadTx) error { return fn(indexReadTx{tx, &d.n}) })
+}
+
+// indexReadTx hides the Batcher capability, so that storage.ReadBatch
+// reads through GetRange and is counted.
+type indexReadTx struct {
+	storage.ReadTx
+	n *atomic.Int64
+}
+
+func (tx indexReadTx) GetRange(begin, end []byte, opt storage.RangeOptions) ([]storage.KeyValue, error) {
+	if string(begin) == string(indexPrefix) {
+		tx.n.Add(1)
+	}
+	return tx.ReadTx.GetRange(begin, end, opt)
+}
+
+// TestQuietOwnerWaitsForNewLeases: with no lease due soon the owner reads
+// the deadline index only at QuietScanInterval, and a lease granted in the
+// meantime (here at another process) still expires on time, because its
+// grant wakes the owner.
+func TestQuietOwnerWaitsForNewLeases(t *testing.T) {
+	db := &indexReads{DB: testdb.Open(t)}
+	w := newWorld(t, db)
+	cfg := Config{QuietScanInterval: 30 * time.Second}
+	a := w.add(cfg)
+	b := w.add(cfg)
+	if own, _ := a.l.Owner(); !own {
+		t.Fatal("first lessor does not own expiry")
+	}
+	w.step(2*time.Second, 100*time.Millisecond)
+	before := db.n.Load()
+	w.step(9*time.Second, 100*time.Millisecond)
+	if n := db.n.Load() - before; n > 0 {
+		t.Fatalf("the owner read the deadline index %d times in 9 s without leases", n)
+	}
+	b.grant(t, 1, 2)
+	b.put(t, "k", 1)
+	w.step(3*time.Second, 100*time.Millisecond)
+	if a.alive(t, 1) || a.count(t, "k") != 0 {
+		t.Fatal("a lease granted while the owner was quiet did not expire at its deadline")
+	}
+}
+
+// TestGrantsWakeQuietOwnerOncePerScan: grants in quick succession wake a
+// quiet owner, which then reads the index once per ScanInterval, not once
+// per grant.
+func TestGrantsWakeQuietOwnerOncePerScan(t *testing.T) {
+	db := &indexReads{DB: testdb.Open(t)}
+	w := newWorld(t, db)
+	a := w.add(Config{QuietScanInterval: 30 * time.Second})
+	w.step(2*time.Second, 100*time.Millisecond)
+	before := db.n.Load()
+	const grants = 20
+	for id := int64(1); id <= grants; id++ {
+		a.grant(t, id, 60)
+		// Time for the owner to wake and read, if it would: without it
+		// the grants could all come before the first wake.
+		time.Sleep(10 * time.Millisecond)
+		w.advance(50 * time.Millisecond) // 1 s in all
+	}
+	w.step(time.Second, 100*time.Millisecond)
+	if n := db.n.Load() - before; n > 2 {
+		t.Fatalf("%d grants over 2 s made the owner read the deadline index %d times, want at most 2", grants, n)
+	}
+}
+
+// noWatch is a store whose WaitChange always fails, as FoundationDB's does
+// past its limit on watches.
+type noWatch struct{ *indexReads }
+
+func (noWatch) WaitChange(context.Context, []byte, []byte) error {
+	return errors.New("test: too many watches")
+}
+
+// TestQuietOwnerWithoutWatches: when the wake key cannot be watched the
+// owner reads the index every ScanInterval, as without the key, neither
+// more often nor too late for a new lease.
+func TestQuietOwnerWithoutWatches(t *testing.T) {
+	reads := &indexReads{DB: testdb.Open(t)}
+	w := newWorld(t, noWatch{reads})
+	a := w.add(Config{QuietScanInterval: 30 * time.Second})
+	w.step(2*time.Second, 100*time.Millisecond)
+	before := reads.n.Load()
+	w.step(5*time.Second, 100*time.Millisecond)
+	if n := reads.n.Load() - before; n < 3 || n > 6 {
+		t.Fatalf("the owner read the deadline index %d times in 5 s without watches, want about 5", n)
+	}
+	a.grant(t, 1, 2)
+	a.put(t, "k", 1)
+	w.step(3*time.Second, 100*time.Millisecond)
+	if a.alive(t, 1) || a.count(t, "k") != 0 {
+		t.Fatal("a lease granted while the owner could not watch did not expire at its deadline")
+	}
+}

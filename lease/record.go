@@ -17,6 +17,7 @@ import (
 //
 //	keyspace.Lease(id)                     record: granted TTL, deadline, grant nonce, promotion epoch
 //	Singleton("lease/expiry/") d id        deadline index: one entry per record, ordered by deadline
+//	Singleton("lease/wake")                the last deadline written that may be the earliest (d id)
 //
 // Every write of a record's deadline moves its index entry in the same
 // transaction. mvcc's revoke clears the record but not the index entry; the
@@ -25,6 +26,14 @@ import (
 var (
 	indexPrefix = keyspace.Singleton("lease/expiry/")
 	indexEnd    = storage.Strinc(indexPrefix)
+	// wakeKey changes whenever a deadline is written that may come before
+	// every deadline the index held: a new lease's, or one moved earlier.
+	// The expiring owner, with nothing due for a while, waits for it to
+	// change (a FoundationDB watch) instead of re-reading the index every
+	// ScanInterval; renewals and promotions only move deadlines later, so
+	// they leave it alone. Its value is the index entry's suffix, which
+	// differs for every (deadline, lease) written.
+	wakeKey = keyspace.Singleton("lease/wake")
 )
 
 const recordVersion = 1
@@ -112,5 +121,9 @@ func setDeadline(tx storage.Tx, id int64, rec record, old int64) {
 		tx.Clear(indexKey(old, id))
 	}
 	tx.Set(keyspace.Lease(id), rec.encode())
-	tx.Set(indexKey(rec.Deadline, id), nil)
+	entry := indexKey(rec.Deadline, id)
+	tx.Set(entry, nil)
+	if old < 0 || rec.Deadline < old {
+		tx.Set(wakeKey, entry[len(indexPrefix):])
+	}
 }

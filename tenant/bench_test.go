@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -181,6 +182,16 @@ func BenchmarkQuietTenants(b *testing.B) {
 // too).
 func atRest(d time.Duration) time.Duration {
 	runtime.GC()
+	// A CPU profile of the rest alone, without the set-up around it:
+	// FDB_ETCD_BENCH_REST_CPUPROFILE=prefix writes prefix.<unix time>.
+	if prefix := os.Getenv("FDB_ETCD_BENCH_REST_CPUPROFILE"); prefix != "" && d >= 10*time.Second {
+		if out, err := os.Create(fmt.Sprintf("%s.%d", prefix, time.Now().Unix())); err == nil {
+			if pprof.StartCPUProfile(out) == nil {
+				defer pprof.StopCPUProfile()
+			}
+			defer out.Close()
+		}
+	}
 	before := cpuTime()
 	time.Sleep(d)
 	return cpuTime() - before
