@@ -1120,10 +1120,17 @@ func TestQuietOwnerWaitsForNewLeases(t *testing.T) {
 	if n := db.n.Load() - before; n > 0 {
 		t.Fatalf("the owner read the deadline index %d times in 9 s without leases", n)
 	}
-	b.grant(t, 1, 2)
-	b.put(t, "k", 1)
+	expiresOnTime(t, w, b, a)
+}
+
+// expiresOnTime grants a 2 s lease with a key at granter and checks that
+// owner expires it within 3 s.
+func expiresOnTime(t *testing.T, w *world, granter, owner *node) {
+	t.Helper()
+	granter.grant(t, 1, 2)
+	granter.put(t, "k", 1)
 	w.step(3*time.Second, 100*time.Millisecond)
-	if a.alive(t, 1) || a.count(t, "k") != 0 {
+	if owner.alive(t, 1) || owner.count(t, "k") != 0 {
 		t.Fatal("a lease granted while the owner was quiet did not expire at its deadline")
 	}
 }
@@ -1172,10 +1179,5 @@ func TestQuietOwnerWithoutWatches(t *testing.T) {
 	if n := reads.n.Load() - before; n < 3 || n > 6 {
 		t.Fatalf("the owner read the deadline index %d times in 5 s without watches, want about 5", n)
 	}
-	a.grant(t, 1, 2)
-	a.put(t, "k", 1)
-	w.step(3*time.Second, 100*time.Millisecond)
-	if a.alive(t, 1) || a.count(t, "k") != 0 {
-		t.Fatal("a lease granted while the owner could not watch did not expire at its deadline")
-	}
+	expiresOnTime(t, w, a, a)
 }
