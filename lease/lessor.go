@@ -196,8 +196,9 @@ type Lessor struct {
 	mu  sync.Mutex
 	own ownState // guarded by mu; the run loop alone writes it
 
-	watchFailed bool // a wait for the wake key failed and was logged; the run loop's alone
-
+	// watchFailed: a wait for the wake key failed and was logged. Only the
+	// run loop uses it.
+	watchFailed bool
 }
 
 type ownState struct {

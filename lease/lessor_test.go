@@ -1077,10 +1077,31 @@ func TestKeepAlivesShareOneRead(t *testing.T) {
 }
 
 // indexReads counts the reads of the deadline index from its start made
-// through it: one per expiry pass.
+// through it (n, one per expiry pass), and the waits that saw their key
+// change (woke).
 type indexReads struct {
 	storage.DB
-	n atomic.Int64
+	n, woke atomic.Int64
+}
+
+func (d *indexReads) WaitChange(ctx context.Context, key, seen []byte) error {
+	err := d.DB.WaitChange(ctx, key, seen)
+	if err == nil {
+		d.woke.Add(1)
+	}
+	return err
+}
+
+// awaitWake waits until a wait through d has seen its key change since it
+// counted from woke: the owner's wait runs on a goroutine of its own,
+// which the fake clock does not count among the loops it waits for.
+func (d *indexReads) awaitWake(t *testing.T, from int64) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); d.woke.Load() <= from; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the quiet owner was not woken by the grant")
+		}
+	}
 }
 
 func (d *indexReads) View(ctx context.Context, fn func(storage.ReadTx) error) error {
@@ -1120,16 +1141,20 @@ func TestQuietOwnerWaitsForNewLeases(t *testing.T) {
 	if n := db.n.Load() - before; n > 0 {
 		t.Fatalf("the owner read the deadline index %d times in 9 s without leases", n)
 	}
-	expiresOnTime(t, w, b, a)
+	woke := db.woke.Load()
+	expiresOnTime(t, b, a, func(total, by time.Duration) {
+		db.awaitWake(t, woke)
+		w.step(total, by)
+	})
 }
 
-// expiresOnTime grants a 2 s lease with a key at granter and checks that
-// owner expires it within 3 s.
-func expiresOnTime(t *testing.T, w *world, granter, owner *node) {
+// expiresOnTime grants a 2 s lease with a key at granter, steps time with
+// step, and checks that owner expires it within 3 s.
+func expiresOnTime(t *testing.T, granter, owner *node, step func(total, by time.Duration)) {
 	t.Helper()
 	granter.grant(t, 1, 2)
 	granter.put(t, "k", 1)
-	w.step(3*time.Second, 100*time.Millisecond)
+	step(3*time.Second, 100*time.Millisecond)
 	if owner.alive(t, 1) || owner.count(t, "k") != 0 {
 		t.Fatal("a lease granted while the owner was quiet did not expire at its deadline")
 	}
@@ -1160,24 +1185,43 @@ func TestGrantsWakeQuietOwnerOncePerScan(t *testing.T) {
 
 // noWatch is a store whose WaitChange always fails, as FoundationDB's does
 // past its limit on watches.
-type noWatch struct{ *indexReads }
+type noWatch struct {
+	*indexReads
+	calls atomic.Int64
+}
 
-func (noWatch) WaitChange(context.Context, []byte, []byte) error {
+func (d *noWatch) WaitChange(context.Context, []byte, []byte) error {
+	d.calls.Add(1)
 	return errors.New("test: too many watches")
+}
+
+// step advances the world by total in steps of by, letting the owner's
+// wait fail after each: it runs on a goroutine of its own, which the fake
+// clock does not count among the loops it waits for. A pass without a
+// lease near reads the index once and then waits once; one with a lease
+// near does not wait, so the wait for the wait is bounded.
+func (d *noWatch) step(w *world, total, by time.Duration) {
+	for ; total > 0; total -= by {
+		w.advance(by)
+		for deadline := time.Now().Add(20 * time.Millisecond); d.calls.Load() < d.n.Load() && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(time.Millisecond) // for the failed wait to reach the loop
+	}
 }
 
 // TestQuietOwnerWithoutWatches: when the wake key cannot be watched the
 // owner reads the index every ScanInterval, as without the key, neither
 // more often nor too late for a new lease.
 func TestQuietOwnerWithoutWatches(t *testing.T) {
-	reads := &indexReads{DB: testdb.Open(t)}
-	w := newWorld(t, noWatch{reads})
+	db := &noWatch{indexReads: &indexReads{DB: testdb.Open(t)}}
+	w := newWorld(t, db)
 	a := w.add(Config{QuietScanInterval: 30 * time.Second})
-	w.step(2*time.Second, 100*time.Millisecond)
-	before := reads.n.Load()
-	w.step(5*time.Second, 100*time.Millisecond)
-	if n := reads.n.Load() - before; n < 3 || n > 6 {
+	db.step(w, 2*time.Second, 100*time.Millisecond)
+	before := db.n.Load()
+	db.step(w, 5*time.Second, 100*time.Millisecond)
+	if n := db.n.Load() - before; n < 3 || n > 6 {
 		t.Fatalf("the owner read the deadline index %d times in 5 s without watches, want about 5", n)
 	}
-	expiresOnTime(t, w, a, a)
+	expiresOnTime(t, a, a, func(total, by time.Duration) { db.step(w, total, by) })
 }

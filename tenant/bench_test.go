@@ -186,10 +186,10 @@ func atRest(d time.Duration) time.Duration {
 	// FDB_ETCD_BENCH_REST_CPUPROFILE=prefix writes prefix.<unix time>.
 	if prefix := os.Getenv("FDB_ETCD_BENCH_REST_CPUPROFILE"); prefix != "" && d >= 10*time.Second {
 		if out, err := os.Create(fmt.Sprintf("%s.%d", prefix, time.Now().Unix())); err == nil {
+			defer out.Close() // after StopCPUProfile's last write (defers run last first)
 			if pprof.StartCPUProfile(out) == nil {
 				defer pprof.StopCPUProfile()
 			}
-			defer out.Close()
 		}
 	}
 	before := cpuTime()
