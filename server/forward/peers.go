@@ -88,9 +88,7 @@ func (p *Peers) ready(ctx context.Context, rawURL string) (peer, bool) {
 			return pr, true
 		case connectivity.TransientFailure:
 			if pr.down.CompareAndSwap(false, true) {
-				p.lg.Warn("cannot connect to the write owner: committing writes here until it can be reached "+
-					"(check that its certificate is trusted here and that it accepts this replica's as a client's)",
-					zap.String("owner", pr.url), zap.Error(lastConnError(ctx, pr.cc)))
+				p.logUnreachable(ctx, pr)
 			}
 			fallthrough
 		case connectivity.Shutdown:
@@ -103,6 +101,22 @@ func (p *Peers) ready(ctx context.Context, rawURL string) (peer, bool) {
 			return peer{}, false
 		}
 	}
+}
+
+// logUnreachable says once that writes to the owner are committed here,
+// and why. gRPC's last connection error is the owner's TLS alert only when
+// it arrived before this replica wrote on the connection: with TLS 1.3 the
+// client's handshake ends before the owner has checked its certificate, and
+// the owner's reset often discards the alert, leaving a "broken pipe". So
+// when this replica's own certificate is the likely cause, the log names it
+// whatever gRPC saw.
+func (p *Peers) logUnreachable(ctx context.Context, pr peer) {
+	fields := []zap.Field{zap.String("owner", pr.url), zap.Error(lastConnError(ctx, pr.cc))}
+	if err := clientCertUsable(p.tls); err != nil {
+		fields = append(fields, zap.NamedError("certificate", err))
+	}
+	p.lg.Warn("cannot connect to the write owner: committing writes here until it can be reached "+
+		"(check that its certificate is trusted here and that it accepts this replica's as a client's)", fields...)
 }
 
 // lastConnError is why the connection to an owner failed, as gRPC knows
