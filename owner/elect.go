@@ -22,7 +22,7 @@ func (e *Elector) tick() {
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.TTL)
 	defer cancel()
 	var got, wrote []byte
-	err := e.db.Update(ctx, func(tx storage.Tx) error {
+	err := e.update(ctx, func(tx storage.Tx) error {
 		cur, err := tx.Get(key)
 		if err != nil {
 			return err

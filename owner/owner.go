@@ -71,6 +71,17 @@ func (c *Config) defaults() {
 	}
 }
 
+// SharedUpdater is an optional capability of the store an Elector runs on:
+// one of many keyspaces sharing a store (package tenant) runs its
+// renewals in transactions of that store shared with the other keyspaces'
+// (keys are read first, with theirs). A thousand keyspaces each renewing
+// in a transaction of its own were most of a process's CPU at rest. On
+// such a store the Elector ticks at multiples of RenewInterval on its
+// clock, so that the keyspaces' renewals of one interval arrive together.
+type SharedUpdater interface {
+	UpdateShared(ctx context.Context, keys [][]byte, fn func(tx storage.Tx) error) error
+}
+
 // View is what a replica currently believes about ownership.
 type View struct {
 	// Held: this replica owns Epoch.
@@ -91,6 +102,10 @@ type Elector struct {
 
 	clock clock.Clock
 	lg    *zap.Logger
+	// update runs a tick's transaction: the store's Update, or its
+	// UpdateShared; aligned says it is shared, and ticks are aligned.
+	update  func(ctx context.Context, fn func(tx storage.Tx) error) error
+	aligned bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -120,6 +135,13 @@ func Start(db storage.DB, cfg Config) *Elector {
 		ctx: ctx, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{}),
 		refresh: make(chan struct{}, 1), changed: make(chan struct{}),
 	}
+	e.update = db.Update
+	if su, ok := db.(SharedUpdater); ok {
+		e.aligned = true
+		e.update = func(ctx context.Context, fn func(tx storage.Tx) error) error {
+			return su.UpdateShared(ctx, [][]byte{key}, fn)
+		}
+	}
 	e.tick()
 	go e.run()
 	return e
@@ -144,7 +166,7 @@ func (e *Elector) run() {
 	defer close(e.done)
 	last := e.clock.Now()
 	for {
-		e.clock.Sleep(e.cfg.RenewInterval-e.clock.Now().Sub(last), e.stop, e.refresh)
+		e.clock.Sleep(e.untilTick(last), e.stop, e.refresh)
 		// Refreshes come from writes, thousands a second while an owner is
 		// unreachable: they read the record at most every refreshGap.
 		if wait := e.cfg.RenewInterval/refreshGap - e.clock.Now().Sub(last); wait > 0 {
@@ -162,6 +184,19 @@ func (e *Elector) run() {
 		last = e.clock.Now()
 		e.tick()
 	}
+}
+
+// untilTick is how long after now the next tick is due, the last one
+// having started at last: RenewInterval after it, or, on a shared store, at
+// the first multiple of RenewInterval after it (the instant is the same
+// for every keyspace of the process, and of any process whose clock
+// agrees).
+func (e *Elector) untilTick(last time.Time) time.Duration {
+	if !e.aligned {
+		return e.cfg.RenewInterval - e.clock.Now().Sub(last)
+	}
+	next := last.Truncate(e.cfg.RenewInterval).Add(e.cfg.RenewInterval)
+	return next.Sub(e.clock.Now())
 }
 
 // refreshGap is how many reads of the record Refresh may add per

@@ -40,6 +40,9 @@ type DB struct {
 	// quotas are the tenant's quotas as the newest transaction read them
 	// from its live marker.
 	quotas *quotaCell
+	// shared is the process's queue of transactions shared among its
+	// tenants (UpdateShared); nil runs each on its own.
+	shared *sharedUpdates
 
 	lifeMu   sync.Mutex
 	isClosed bool           // guarded by lifeMu
@@ -55,15 +58,15 @@ var (
 )
 
 // NewDB returns tenant id's keyspace in inner.
-func NewDB(inner storage.DB, id uint64) *DB { return newDB(inner, id, Quotas{}) }
+func NewDB(inner storage.DB, id uint64) *DB { return newDB(inner, id, Quotas{}, nil) }
 
 // newDB returns tenant id's keyspace, with the quotas its record had when
-// its server started.
-func newDB(inner storage.DB, id uint64, q Quotas) *DB {
+// its server started, sharing transactions through shared (may be nil).
+func newDB(inner storage.DB, id uint64, q Quotas, shared *sharedUpdates) *DB {
 	p := keyspace.TenantPrefix(id)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &DB{inner: inner, prefix: p, end: storage.Strinc(p), live: keyspace.TenantLive(id),
-		quotas: newQuotaCell(q), closing: ctx, stopClose: cancel}
+		quotas: newQuotaCell(q), shared: shared, closing: ctx, stopClose: cancel}
 }
 
 // Quotas are the tenant's quotas as of the newest transaction that read

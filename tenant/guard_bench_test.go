@@ -18,7 +18,7 @@ func BenchmarkGuardUnary(b *testing.B) {
 		q    Quotas
 	}{{"no-quota", Quotas{}}, {"rate", Quotas{RequestsPerSecond: 1e12, RequestBurst: 1 << 40}}} {
 		b.Run(bc.name, func(b *testing.B) {
-			g := newGuard("t", "t", newDB(nil, 1, bc.q), newMetrics(DefaultMetricsLimit), time.Now, 0)
+			g := newGuard("t", "t", newDB(nil, 1, bc.q, nil), newMetrics(DefaultMetricsLimit), time.Now, 0)
 			info := &grpc.UnaryServerInfo{FullMethod: "/etcdserverpb.KV/Range"}
 			resp := &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: 7}}
 			handler := func(context.Context, any) (any, error) { return resp, nil }

@@ -70,7 +70,7 @@ func (r *Router) acquire(ctx context.Context, name string, addr net.Addr, create
 func (r *Router) start(inst *instance, addr net.Addr) error {
 	defer close(inst.ready)
 	inst.l = newConnListener(addr)
-	db := newDB(r.db, inst.rec.ID, inst.rec.Quotas)
+	db := newDB(r.db, inst.rec.ID, inst.rec.Quotas, r.shared)
 	inst.guard = newGuard(inst.rec.Name, r.metrics.label(inst.rec.Name), db, r.metrics, r.cfg.Now, r.cfg.Server.Quota.Bytes)
 	inst.turns = turns{s: r.sched, tenant: inst.rec.Name}
 	srv, err := server.New(r.serverConfig(inst.rec, inst.guard, inst.turns), db)

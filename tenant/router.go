@@ -109,6 +109,9 @@ type Router struct {
 	// sched takes every tenant's unary requests in turns (Config.Fair);
 	// nil without.
 	sched *fairsched.Scheduler
+	// shared runs the running tenants' ownership renewals in shared
+	// transactions (shared.go).
+	shared *sharedUpdates
 
 	conns sync.WaitGroup // accept loops and connections being routed
 
@@ -176,7 +179,7 @@ func NewRouter(cfg Config, db storage.DB) (*Router, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Router{cfg: cfg, db: db, reg: NewRegistry(db), lg: cfg.Logger, ctx: ctx, close: cancel,
 		tenants: make(map[string]*instance), refuseDone: make(chan struct{}),
-		metrics: newMetrics(cfg.MetricsLimit), adminCNs: make(map[string]bool)}
+		metrics: newMetrics(cfg.MetricsLimit), adminCNs: make(map[string]bool), shared: newSharedUpdates(db)}
 	if cfg.Fair.Slots > 0 {
 		r.sched = fairsched.New(cfg.Fair)
 	}

@@ -1,0 +1,206 @@
+package tenant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fdb-etcd/fdb-etcd/internal/clock/fakeclock"
+	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
+	"github.com/fdb-etcd/fdb-etcd/owner"
+	"github.com/fdb-etcd/fdb-etcd/storage"
+)
+
+// countedDB counts the transactions run on the shared store, and makes
+// each take at least hold, so that the calls arriving together queue
+// behind the first whatever the machine's scheduling. It records how many
+// keys each transaction's first GetMany read.
+type countedDB struct {
+	storage.DB
+	hold    time.Duration
+	updates atomic.Int64
+
+	mu    sync.Mutex
+	first []int // guarded by mu: per Update, in order
+}
+
+func (d *countedDB) Update(ctx context.Context, fn func(tx storage.Tx) error) error {
+	d.mu.Lock()
+	d.updates.Add(1)
+	i := len(d.first)
+	d.first = append(d.first, 0)
+	d.mu.Unlock()
+	time.Sleep(d.hold)
+	return d.DB.Update(ctx, func(tx storage.Tx) error {
+		return fn(&firstReadTx{Tx: tx, record: func(n int) {
+			d.mu.Lock()
+			if d.first[i] == 0 {
+				d.first[i] = n
+			}
+			d.mu.Unlock()
+		}})
+	})
+}
+
+func (d *countedDB) firstReads() []int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]int(nil), d.first...)
+}
+
+// firstReadTx reports the size of each GetMany.
+type firstReadTx struct {
+	storage.Tx
+	record func(n int)
+}
+
+func (t *firstReadTx) GetMany(keys [][]byte) ([][]byte, error) {
+	t.record(len(keys))
+	return t.Tx.GetMany(keys)
+}
+
+// sharedTenants creates n tenants in a fresh store whose keyspaces share
+// transactions, and returns them with the counted shared store.
+func sharedTenants(t *testing.T, n int, hold time.Duration) ([]*DB, *countedDB, *Registry) {
+	t.Helper()
+	inner := testdb.Open(t)
+	reg := NewRegistry(inner)
+	counted := &countedDB{DB: inner, hold: hold}
+	shared := newSharedUpdates(counted)
+	dbs := make([]*DB, n)
+	for i := range dbs {
+		rec, err := reg.Create(ctxT(t), fmt.Sprintf("t%d", i), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dbs[i] = newDB(counted, rec.ID, Quotas{}, shared)
+	}
+	return dbs, counted, reg
+}
+
+// TestRunningTenantsRenewTogether: the ownership renewals of a process's
+// running tenants, started at different times, tick together at
+// multiples of the renew interval and commit in shared transactions: a
+// couple of transactions per interval for all of them, not one each.
+// Every tenant still holds its ownership throughout.
+func TestRunningTenantsRenewTogether(t *testing.T) {
+	const (
+		tenants   = 10
+		renew     = time.Second
+		intervals = 6
+		step      = renew / tenants
+	)
+	dbs, counted, _ := sharedTenants(t, tenants, 20*time.Millisecond)
+	clk := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	electors := make([]*owner.Elector, tenants)
+	for i, db := range dbs {
+		// Staggered starts: left to their own phase, the tenants would
+		// tick one step apart.
+		electors[i] = owner.Start(db, owner.Config{TTL: 4 * renew, RenewInterval: renew, Clock: clk})
+		t.Cleanup(electors[i].Stop)
+		clk.BlockUntil(t, i+1)
+		clk.Advance(step)
+		clk.BlockUntil(t, i+1)
+	}
+	epochs := make([]uint64, tenants)
+	for i, e := range electors {
+		v := e.View()
+		if !v.Held {
+			t.Fatalf("tenant %d's elector does not own its vacant keyspace at its start", i)
+		}
+		epochs[i] = v.Epoch
+	}
+
+	counted.updates.Store(0)
+	for range intervals * tenants {
+		clk.Advance(step)
+		clk.BlockUntil(t, tenants)
+	}
+	if n := counted.updates.Load(); n > 3*intervals {
+		t.Errorf("%d tenants renewing over %d intervals ran %d transactions of the shared store; want at most %d (a few per interval)",
+			tenants, intervals, n, 3*intervals)
+	}
+	for i, e := range electors {
+		if v := e.View(); !v.Held || v.Epoch != epochs[i] {
+			t.Errorf("tenant %d after %d intervals: %+v; want still holding epoch %d", i, intervals, v, epochs[i])
+		}
+	}
+}
+
+// TestSharedUpdateMemberFailsAlone: in one shared transaction, a member
+// whose function fails and a member whose tenant was deleted meanwhile are
+// answered with their own errors and write nothing; the others commit.
+func TestSharedUpdateMemberFailsAlone(t *testing.T) {
+	ctx := ctxT(t)
+	dbs, counted, reg := sharedTenants(t, 4, 0)
+	if err := reg.Delete(ctx, "t2"); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	key := []byte("k")
+
+	// The first call holds the lead until the others are queued, so that
+	// they share the next transaction.
+	started, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		var once sync.Once
+		first <- dbs[0].UpdateShared(ctx, nil, func(tx storage.Tx) error {
+			once.Do(func() { close(started) })
+			<-release
+			tx.Set(key, []byte("0"))
+			return nil
+		})
+	}()
+	<-started
+	var wg sync.WaitGroup
+	errs := make([]error, len(dbs))
+	for i := 1; i < len(dbs); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = dbs[i].UpdateShared(ctx, [][]byte{key}, func(tx storage.Tx) error {
+				if _, err := tx.Get(key); err != nil {
+					return err
+				}
+				tx.Set(key, []byte{byte('0' + i)})
+				if i == 1 {
+					return boom // after writing: the write must not land
+				}
+				return nil
+			})
+		}()
+	}
+	// Long enough for the three to queue (their sharing is checked below).
+	time.Sleep(300 * time.Millisecond)
+	before := counted.updates.Load()
+	close(release)
+	wg.Wait()
+	if err := <-first; err != nil {
+		t.Fatalf("the first call: %v", err)
+	}
+	if !errors.Is(errs[1], boom) || !errors.Is(errs[2], ErrDeleted) || errs[3] != nil {
+		t.Fatalf("members' answers %v; want boom, ErrDeleted and nil", errs[1:])
+	}
+	if got := counted.firstReads()[before:]; len(got) == 0 || got[0] != 6 {
+		t.Errorf("the queued members' transactions first read %v keys; want the first to read all three members' key and fence (6)", got)
+	}
+	want := map[int]string{0: "0", 1: "", 3: "3"}
+	for i, w := range want {
+		var got []byte
+		if err := dbs[i].View(ctx, func(tx storage.ReadTx) error {
+			var err error
+			got, err = tx.Get(key)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != w {
+			t.Errorf("tenant %d's key is %q; want %q", i, got, w)
+		}
+	}
+}
