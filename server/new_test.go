@@ -6,6 +6,7 @@ import (
 	"errors"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,4 +104,33 @@ func goroutineID(stack string) string {
 // are the db's, which the caller closes.
 func startedByServer(stack string) bool {
 	return strings.Contains(stack, "github.com/fdb-etcd/fdb-etcd/") || strings.Contains(stack, "google.golang.org/grpc")
+}
+
+// sharedStore is a store shared among keyspaces (as a tenant's is): it
+// counts the transactions run through UpdateShared.
+type sharedStore struct {
+	storage.DB
+	shared atomic.Int64
+}
+
+func (d *sharedStore) UpdateShared(ctx context.Context, keys [][]byte, fn func(storage.Tx) error) error {
+	d.shared.Add(1)
+	return d.DB.Update(ctx, fn)
+}
+
+// TestElectionUsesSharedStore: on a store that shares transactions among
+// keyspaces, the server's owner election runs on it, not on the wrapper
+// that measures the store's transactions, which would hide the capability
+// and leave every tenant renewing in a transaction of its own.
+func TestElectionUsesSharedStore(t *testing.T) {
+	db := &sharedStore{DB: testdb.Open(t)}
+	srv, err := server.New(server.Config{Logger: zap.NewNop()}, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	// The election's first tick runs before New returns.
+	if n := db.shared.Load(); n == 0 {
+		t.Fatal("the owner election ran no transaction through UpdateShared")
+	}
 }

@@ -321,7 +321,15 @@ func (s *Server) startOwnership() {
 			oc.URL = us[0].String()
 		}
 	}
-	s.owner = owner.Start(s.store.DB(), oc)
+	// The election's transactions are measured with the store's, unless
+	// the store shares them among keyspaces (a tenant's): the measuring
+	// wrapper would hide that, and a shared transaction is no one
+	// keyspace's.
+	var odb storage.DB = s.store.DB()
+	if _, shared := s.db.(owner.SharedUpdater); shared {
+		odb = s.db
+	}
+	s.owner = owner.Start(odb, oc)
 	lc := s.cfg.Lease
 	if lc.Logger == nil {
 		lc.Logger = s.lg
