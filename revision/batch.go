@@ -250,7 +250,7 @@ func (a *attempt[Resp]) run(tx storage.Tx) error {
 	if err != nil {
 		return err
 	}
-	cached := newCachedTx(tx, keys, vals)
+	cached := storage.NewCachedTx(tx, keys, vals)
 	env, err := s.app.Begin(cached)
 	if err != nil {
 		return err

@@ -1,7 +1,6 @@
 package tenant
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -123,10 +122,7 @@ func runShared(itx storage.Tx, batch []*sharedWaiter) error {
 	if err != nil {
 		return err
 	}
-	read := &prefetchedTx{Tx: itx, vals: make(map[string][]byte, len(keys))}
-	for i, k := range keys {
-		read.vals[string(k)] = vals[i]
-	}
+	read := storage.NewCachedTx(itx, keys, vals)
 	for i, w := range batch {
 		t := w.Req.db.wrap(read, read)
 		err := w.Req.fn(t.(storage.Tx))
@@ -142,68 +138,4 @@ func runShared(itx storage.Tx, batch []*sharedWaiter) error {
 		}
 	}
 	return nil
-}
-
-// prefetchedTx answers reads of the keys a shared transaction read first from
-// what it read, and keeps them current with the transaction's writes (the
-// transaction reads its own writes). On FoundationDB every read is a call
-// into the client's network thread, cached or not: a member's reads cost
-// nothing more there. Ranges go to the transaction.
-type prefetchedTx struct {
-	storage.Tx
-	vals map[string][]byte // guarded by the transaction's one goroutine
-}
-
-func (t *prefetchedTx) Get(key []byte) ([]byte, error) {
-	if v, ok := t.vals[string(key)]; ok {
-		return bytes.Clone(v), nil
-	}
-	return t.Tx.Get(key)
-}
-
-func (t *prefetchedTx) GetMany(keys [][]byte) ([][]byte, error) {
-	out := make([][]byte, len(keys))
-	var miss [][]byte
-	var at []int
-	for i, k := range keys {
-		if v, ok := t.vals[string(k)]; ok {
-			out[i] = bytes.Clone(v)
-			continue
-		}
-		miss, at = append(miss, k), append(at, i)
-	}
-	if len(miss) == 0 {
-		return out, nil
-	}
-	got, err := t.Tx.GetMany(miss)
-	if err != nil {
-		return nil, err
-	}
-	for j, i := range at {
-		out[i] = got[j]
-	}
-	return out, nil
-}
-
-func (t *prefetchedTx) Set(key, value []byte) {
-	if _, ok := t.vals[string(key)]; ok {
-		t.vals[string(key)] = bytes.Clone(value)
-	}
-	t.Tx.Set(key, value)
-}
-
-func (t *prefetchedTx) Clear(key []byte) {
-	if _, ok := t.vals[string(key)]; ok {
-		t.vals[string(key)] = nil
-	}
-	t.Tx.Clear(key)
-}
-
-func (t *prefetchedTx) ClearRange(begin, end []byte) {
-	for k := range t.vals {
-		if k >= string(begin) && k < string(end) {
-			t.vals[k] = nil
-		}
-	}
-	t.Tx.ClearRange(begin, end)
 }
