@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -34,8 +35,67 @@ import (
 type world struct {
 	t     *testing.T
 	db    storage.DB
+	wake  *wakeWaits // db, through which the lessors wait for the wake key
 	now   time.Time
 	nodes []*node
+}
+
+// wakeWaits tracks the waits for the wake key in flight. An owner with no
+// deadline near waits for the key on a goroutine of its own, which the
+// fake clock does not count among the loops it waits for: a grant's change
+// of the key wakes it a moment after the grant returns, and time moved
+// meanwhile would be time the owner never saw pass. settle waits until
+// every such wait has seen the key as it is.
+type wakeWaits struct {
+	storage.DB
+	mu    sync.Mutex
+	waits map[*byte][]byte // guarded by mu: each wait in flight, by identity, with the value it waits to change
+}
+
+func (d *wakeWaits) WaitChange(ctx context.Context, key, seen []byte) error {
+	if !bytes.Equal(key, wakeKey) {
+		return d.DB.WaitChange(ctx, key, seen)
+	}
+	id := new(byte)
+	d.mu.Lock()
+	d.waits[id] = seen
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.waits, id)
+		d.mu.Unlock()
+	}()
+	return d.DB.WaitChange(ctx, key, seen)
+}
+
+// settle waits until no wait for the wake key in flight waits on a value
+// the key no longer has, and then a moment for the owner that such a wait
+// woke to take the wake-up.
+func (d *wakeWaits) settle(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		var cur []byte
+		if err := d.DB.View(context.Background(), func(tx storage.ReadTx) error {
+			var err error
+			cur, err = tx.Get(wakeKey)
+			return err
+		}); err != nil {
+			return // a closed or faulty store: nothing to settle
+		}
+		d.mu.Lock()
+		stale := false
+		for _, seen := range d.waits {
+			stale = stale || !bytes.Equal(seen, cur)
+		}
+		d.mu.Unlock()
+		if !stale {
+			time.Sleep(time.Millisecond)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a wait for the wake key did not see its change")
+		}
+	}
 }
 
 type node struct {
@@ -85,7 +145,8 @@ func newWorld(t *testing.T, db storage.DB) *world {
 	if db == nil {
 		db = testdb.Open(t)
 	}
-	w := &world{t: t, db: db, now: epoch0}
+	wake := &wakeWaits{DB: db, waits: map[*byte][]byte{}}
+	w := &world{t: t, db: wake, wake: wake, now: epoch0}
 	t.Cleanup(func() {
 		for _, n := range w.nodes {
 			n.stop()
@@ -142,6 +203,7 @@ func (n *node) crash() {
 // advance moves every live clock and waits for every loop to sleep again.
 func (w *world) advance(d time.Duration) {
 	w.t.Helper()
+	w.wake.settle(w.t)
 	w.now = w.now.Add(d)
 	for _, n := range w.nodes {
 		if !n.dead {
@@ -475,7 +537,8 @@ func TestRestartKeepsRemainingTTL(t *testing.T) {
 		t.Run(fmt.Sprintf("crash=%t", crash), func(t *testing.T) {
 			dir := t.TempDir()
 			db := openPebble(t, dir)
-			w := &world{t: t, db: db, now: epoch0}
+			wake := &wakeWaits{DB: db, waits: map[*byte][]byte{}}
+			w := &world{t: t, db: wake, wake: wake, now: epoch0}
 			n := w.add(Config{})
 			n.grant(t, 1, 100)
 			n.grant(t, 2, 62)
