@@ -102,10 +102,9 @@ type Elector struct {
 
 	clock clock.Clock
 	lg    *zap.Logger
-	// update runs a tick's transaction: the store's Update, or its
-	// UpdateShared; aligned says it is shared, and ticks are aligned.
-	update  func(ctx context.Context, fn func(tx storage.Tx) error) error
-	aligned bool
+	// shared is db as a SharedUpdater, nil if it is not one: ticks then
+	// run in shared transactions, at aligned instants.
+	shared SharedUpdater
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -135,13 +134,7 @@ func Start(db storage.DB, cfg Config) *Elector {
 		ctx: ctx, cancel: cancel, stop: make(chan struct{}), done: make(chan struct{}),
 		refresh: make(chan struct{}, 1), changed: make(chan struct{}),
 	}
-	e.update = db.Update
-	if su, ok := db.(SharedUpdater); ok {
-		e.aligned = true
-		e.update = func(ctx context.Context, fn func(tx storage.Tx) error) error {
-			return su.UpdateShared(ctx, [][]byte{key}, fn)
-		}
-	}
+	e.shared, _ = db.(SharedUpdater)
 	e.tick()
 	go e.run()
 	return e
@@ -192,11 +185,20 @@ func (e *Elector) run() {
 // for every keyspace of the process, and of any process whose clock
 // agrees).
 func (e *Elector) untilTick(last time.Time) time.Duration {
-	if !e.aligned {
+	if e.shared == nil {
 		return e.cfg.RenewInterval - e.clock.Now().Sub(last)
 	}
 	next := last.Truncate(e.cfg.RenewInterval).Add(e.cfg.RenewInterval)
 	return next.Sub(e.clock.Now())
+}
+
+// update runs a tick's transaction: in a shared transaction on a shared
+// store, else in one of its own.
+func (e *Elector) update(ctx context.Context, fn func(tx storage.Tx) error) error {
+	if e.shared != nil {
+		return e.shared.UpdateShared(ctx, [][]byte{key}, fn)
+	}
+	return e.db.Update(ctx, fn)
 }
 
 // refreshGap is how many reads of the record Refresh may add per

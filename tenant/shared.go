@@ -56,15 +56,10 @@ func newSharedUpdates(inner storage.DB) *sharedUpdates {
 // it may share with other tenants' calls; keys are read first, with the
 // others' keys, in one batch. A failure of another member (its tenant
 // deleted meanwhile) never fails this one. Without a process-wide queue
-// (a DB from NewDB) it is Update after reading keys.
+// (a DB from NewDB) it is Update.
 func (d *DB) UpdateShared(ctx context.Context, keys [][]byte, fn func(tx storage.Tx) error) error {
 	if d.shared == nil {
-		return d.Update(ctx, func(tx storage.Tx) error {
-			if _, err := tx.GetMany(keys); err != nil {
-				return err
-			}
-			return fn(tx)
-		})
+		return d.Update(ctx, fn)
 	}
 	if err := d.enter(); err != nil {
 		return err
@@ -92,7 +87,8 @@ func (s *sharedUpdates) commit(batch []*sharedWaiter) {
 	ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
 	defer cancel()
 	for len(batch) > 0 {
-		err := s.inner.Update(ctx, func(itx storage.Tx) error { return runShared(itx, batch) })
+		keys := sharedKeys(batch)
+		err := s.inner.Update(ctx, func(itx storage.Tx) error { return runShared(itx, batch, keys) })
 		var mf *memberFailed
 		if errors.As(err, &mf) {
 			batch[mf.i].Answer(struct{}{}, mf.err)
@@ -106,10 +102,9 @@ func (s *sharedUpdates) commit(batch []*sharedWaiter) {
 	}
 }
 
-// runShared is one attempt of a shared transaction: every member's keys
-// and fence are read in one batch, then each member runs on its tenant's
-// view, its reads of those keys answered from what the batch read.
-func runShared(itx storage.Tx, batch []*sharedWaiter) error {
+// sharedKeys is what a shared transaction of batch reads first: every
+// member's fence and keys, in the shared store.
+func sharedKeys(batch []*sharedWaiter) [][]byte {
 	var keys [][]byte
 	for _, w := range batch {
 		d := w.Req.db
@@ -118,6 +113,13 @@ func runShared(itx storage.Tx, batch []*sharedWaiter) error {
 			keys = append(keys, d.key(k))
 		}
 	}
+	return keys
+}
+
+// runShared is one attempt of a shared transaction: keys (sharedKeys) are
+// read in one batch, then each member runs on its tenant's view, its reads
+// of those keys answered from what the batch read.
+func runShared(itx storage.Tx, batch []*sharedWaiter, keys [][]byte) error {
 	vals, err := itx.GetMany(keys)
 	if err != nil {
 		return err
