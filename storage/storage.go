@@ -97,6 +97,8 @@ type DB interface {
 	// A commit through this DB wakes its WaitChange calls on the keys it
 	// wrote before its Update returns: such a call returns nil even if its
 	// ctx ends right after. Commits through other handles wake it later.
+	// The number of concurrent calls is not limited: a backend whose
+	// notifications run out (FoundationDB's watches) polls instead.
 	WaitChange(ctx context.Context, key, seen []byte) error
 	// Close waits for calls in flight, wakes blocked WaitChange calls, and
 	// releases the backend. Calls after Close, and a second Close, fail with

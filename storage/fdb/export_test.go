@@ -33,3 +33,10 @@ func ShareOf(t storage.ReadTx) any {
 	}
 	return nil
 }
+
+// SetMaxWatches sets the database option max_watches of d's database
+// handle, which every DB of its cluster file in the process shares.
+func SetMaxWatches(d *DB, n int64) error { return d.db.Options().SetMaxWatches(n) }
+
+// MaxWatches is the limit Open sets.
+const MaxWatches = maxWatches

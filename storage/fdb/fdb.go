@@ -52,6 +52,16 @@ const clientKeySizeLimit = MaxPrefixBytes + maxKeySize + 1
 // the tail. With 0 the client still batches what is queued at once.
 const clientGRVBatchKnob = "grv_batch_timeout=0"
 
+// maxWatches is the database option max_watches: how many FoundationDB
+// watches the process may have outstanding on one cluster, all keyspaces
+// together (every DB of a cluster file shares one database handle).
+// FoundationDB's default is 10,000, which a replica serving a few thousand
+// tenants passes (each running tenant waits on its live marker, its alarms
+// and, when busy, its head and its lease expiry); past it a watch fails
+// with too_many_watches, which no retry cures. This is the client's
+// ceiling; a wait past it polls (Options.WatchPollInterval).
+const maxWatches = 1_000_000
+
 // Options configure Open.
 type Options struct {
 	// ClusterFile is the FoundationDB cluster file; "" means FoundationDB's
@@ -79,7 +89,17 @@ type Options struct {
 	// Update may reuse; 0 means DefaultWriteVersionAge, a negative value
 	// turns reuse off.
 	WriteVersionAge time.Duration
+	// WatchPollInterval is how long a WaitChange that FoundationDB refused
+	// a watch (too_many_watches: every watch the client allows is in use)
+	// waits before it reads its key again and asks for a watch again; 0
+	// means DefaultWatchPollInterval.
+	WatchPollInterval time.Duration
 }
+
+// DefaultWatchPollInterval is FoundationDB's own polling interval for a
+// watch that a storage server sheds under memory pressure (the client
+// knob WATCH_POLLING_TIME): a refused wait degrades the same way.
+const DefaultWatchPollInterval = time.Second
 
 // KeyPrefix returns the raw FoundationDB key prefix of the keyspace named
 // name: its tuple-layer encoding, 0x02, name with 0x00 escaped as 0x00 0xff,
@@ -98,6 +118,7 @@ type DB struct {
 	now         func() time.Time
 	recentAge   time.Duration
 	writeAge    time.Duration
+	watchPoll   time.Duration
 
 	observer atomic.Pointer[observerBox]
 	versions versionWatch
@@ -157,6 +178,9 @@ func Open(o Options) (*DB, error) {
 	if o.WriteVersionAge == 0 {
 		o.WriteVersionAge = DefaultWriteVersionAge
 	}
+	if o.WatchPollInterval <= 0 {
+		o.WatchPollInterval = DefaultWatchPollInterval
+	}
 	db, err := acquire(o.ClusterFile, o.APIVersion, o.ClientBuggify)
 	if err != nil {
 		return nil, err
@@ -170,6 +194,7 @@ func Open(o Options) (*DB, error) {
 		now:         o.Now,
 		recentAge:   o.RecentVersionAge,
 		writeAge:    o.WriteVersionAge,
+		watchPoll:   o.WatchPollInterval,
 	}
 	d.observer.Store(&observerBox{nopObserver{}})
 	d.closing, d.closingStop = context.WithCancel(context.Background())
@@ -245,6 +270,9 @@ func acquire(clusterFile string, version int, buggify ClientBuggify) (fdbgo.Data
 	db, err := fdbgo.OpenDatabase(clusterFile)
 	if err != nil {
 		return fdbgo.Database{}, fmt.Errorf("storage/fdb: open cluster file %q: %w", clusterFile, err)
+	}
+	if err := db.Options().SetMaxWatches(maxWatches); err != nil {
+		return fdbgo.Database{}, fmt.Errorf("storage/fdb: raise the watch limit to %d: %w", maxWatches, err)
 	}
 	shared[clusterFile] = &sharedDB{db: db, refs: 1}
 	return db, nil
@@ -338,12 +366,13 @@ func (e *fdbError) Unwrap() []error {
 
 // FoundationDB error codes the backend treats specially.
 const (
-	codeTooOld        = 1007
-	codeNotCommitted  = 1020
-	codeCommitUnknown = 1021
-	codeTxnTooLarge   = 2101
-	codeKeyTooLarge   = 2102
-	codeValueTooLarge = 2103
+	codeTooOld         = 1007
+	codeNotCommitted   = 1020
+	codeCommitUnknown  = 1021
+	codeTooManyWatches = 1032
+	codeTxnTooLarge    = 2101
+	codeKeyTooLarge    = 2102
+	codeValueTooLarge  = 2103
 )
 
 var kinds = map[int]error{

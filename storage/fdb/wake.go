@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	fdbgo "github.com/apple/foundationdb/bindings/go/src/fdb"
 
@@ -169,6 +170,17 @@ func (d *DB) watch(ctx context.Context, fkey fdbgo.Key, seen []byte, w *keyWake)
 		if stop := stopped(ctx, d.closing); stop != nil {
 			return stop
 		}
+		if code == codeTooManyWatches {
+			// Every watch the client allows is in use. Not a failure of
+			// the cluster, so no retry is spent: read the key again a
+			// poll interval later, and ask for a watch again then.
+			if err := d.pollWait(ctx, w); err != nil {
+				return err
+			}
+			tr.Reset()
+			retries--
+			continue
+		}
 		if retries >= d.maxRetries {
 			return fmt.Errorf("storage/fdb: giving up after %d retries: %w", retries, mapError(err))
 		}
@@ -180,6 +192,23 @@ func (d *DB) watch(ctx context.Context, fkey fdbgo.Key, seen []byte, w *keyWake)
 			}
 			return mapError(err)
 		}
+	}
+}
+
+// pollWait waits a poll interval, or less when w is woken (watchOnce then
+// returns at once); it fails only when ctx or the DB ends.
+func (d *DB) pollWait(ctx context.Context, w *keyWake) error {
+	t := time.NewTimer(d.watchPoll)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-w.ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-d.closing.Done():
+		return storage.ErrClosed
 	}
 }
 
