@@ -174,6 +174,7 @@ func (d *DB) watch(ctx context.Context, fkey fdbgo.Key, seen []byte, w *keyWake)
 			// Every watch the client allows is in use. Not a failure of
 			// the cluster, so no retry is spent: read the key again a
 			// poll interval later, and ask for a watch again then.
+			d.observe().ObserveFDBRetry(code, mapError(err))
 			if err := d.pollWait(ctx, w); err != nil {
 				return err
 			}

@@ -105,10 +105,13 @@ func TestWaitersBeyondDefaultWatchLimit(t *testing.T) {
 
 // TestWaitPollsPastWatchLimit: a wait that FoundationDB refuses a watch
 // polls its key instead of failing, and sees its change within a poll
-// interval; it ends with its context as any wait does.
+// interval; each poll is observed as a retry of too_many_watches; it ends
+// with its context as any wait does.
 func TestWaitPollsPastWatchLimit(t *testing.T) {
 	prefix := fdbtest.NewPrefix(t)
 	db := openPolling(t, prefix, 50*time.Millisecond)
+	var rec recorder
+	db.SetObserver(&rec)
 	writer := fdbtest.OpenPrefix(t, prefix)
 	if err := fdb.SetMaxWatches(db, 4); err != nil {
 		t.Fatal(err)
@@ -129,6 +132,9 @@ func TestWaitPollsPastWatchLimit(t *testing.T) {
 	}
 	setAll(t, ctx, writer, n)
 	collect(t, errs, n, 10*time.Second)
+	if polls := rec.snapshot().retries[1032]; polls < n-4 {
+		t.Errorf("%d polls observed as retries with code 1032; want one at least for each of the %d waits past the limit", polls, n-4)
+	}
 
 	// A polling wait still ends with its context: with the four watches
 	// held by waits on absent keys, a fifth wait polls until its context
