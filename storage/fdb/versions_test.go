@@ -17,7 +17,14 @@ import (
 
 func openAt(t *testing.T, prefix string, now func() time.Time) *fdb.DB {
 	t.Helper()
-	db, err := fdb.Open(fdb.Options{ClusterFile: fdbtest.ClusterFile(t), Prefix: prefix, Now: now})
+	return openWith(t, fdb.Options{Prefix: prefix, Now: now})
+}
+
+// openWith opens o on the test cluster; it is closed when t ends.
+func openWith(t *testing.T, o fdb.Options) *fdb.DB {
+	t.Helper()
+	o.ClusterFile = fdbtest.ClusterFile(t)
+	db, err := fdb.Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,13 +14,9 @@ import (
 	"github.com/fdb-etcd/fdb-etcd/storage/fdb/fdbtest"
 )
 
-// waitAll starts a WaitChange on each of n keys of db ("w/00000"...), none
-// of which exists, and returns their results' channel once they had
+// waitEach starts a WaitChange on each of n keys of db (prefix+"00000"...),
+// none of which exists, and returns their results' channel once they had
 // settle to set up their watches (or fail).
-func waitAll(ctx context.Context, db storage.DB, n int, settle time.Duration) <-chan error {
-	return waitEach(ctx, db, "w/", n, settle)
-}
-
 func waitEach(ctx context.Context, db storage.DB, prefix string, n int, settle time.Duration) <-chan error {
 	errs := make(chan error, n)
 	for i := range n {
@@ -30,7 +26,7 @@ func waitEach(ctx context.Context, db storage.DB, prefix string, n int, settle t
 	return errs
 }
 
-// setAll writes the n keys waitAll waits on, from another handle (another
+// setAll writes the n keys "w/00000"... that waitEach waits on, from another handle (another
 // process's commit: no waiter of db is woken by its own commit).
 func setAll(t *testing.T, ctx context.Context, db storage.DB, n int) {
 	t.Helper()
@@ -44,17 +40,6 @@ func setAll(t *testing.T, ctx context.Context, db storage.DB, n int) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// openPolling opens keyspace prefix with the given WatchPollInterval.
-func openPolling(t *testing.T, prefix string, poll time.Duration) *fdb.DB {
-	t.Helper()
-	db, err := fdb.Open(fdb.Options{ClusterFile: fdbtest.ClusterFile(t), Prefix: prefix, WatchPollInterval: poll})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	return db
 }
 
 // collect waits for n results and fails t for every error among them.
@@ -88,12 +73,12 @@ func collect(t *testing.T, errs <-chan error, n int, within time.Duration) {
 // would not see it in time.
 func TestWaitersBeyondDefaultWatchLimit(t *testing.T) {
 	prefix := fdbtest.NewPrefix(t)
-	db := openPolling(t, prefix, time.Hour)
+	db := openWith(t, fdb.Options{Prefix: prefix, WatchPollInterval: time.Hour})
 	writer := fdbtest.OpenPrefix(t, prefix)
 	const n = 10_050
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	errs := waitAll(ctx, db, n, 3*time.Second)
+	errs := waitEach(ctx, db, "w/", n, 3*time.Second)
 	select {
 	case err := <-errs:
 		t.Fatalf("a wait returned before its key changed: %v", err)
@@ -109,7 +94,7 @@ func TestWaitersBeyondDefaultWatchLimit(t *testing.T) {
 // with its context as any wait does.
 func TestWaitPollsPastWatchLimit(t *testing.T) {
 	prefix := fdbtest.NewPrefix(t)
-	db := openPolling(t, prefix, 50*time.Millisecond)
+	db := openWith(t, fdb.Options{Prefix: prefix, WatchPollInterval: 50 * time.Millisecond})
 	var rec recorder
 	db.SetObserver(&rec)
 	writer := fdbtest.OpenPrefix(t, prefix)
@@ -124,7 +109,7 @@ func TestWaitPollsPastWatchLimit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const n = 20
-	errs := waitAll(ctx, db, n, time.Second)
+	errs := waitEach(ctx, db, "w/", n, time.Second)
 	select {
 	case err := <-errs:
 		t.Fatalf("a wait returned before its key changed: %v", err)
