@@ -98,8 +98,20 @@ func buildFDBEtcd(dir string) (string, error) {
 	return out, nil
 }
 
+// handedOut is every port freePorts returned in this test binary. Once its
+// probe listener is closed a port is free to the kernel again, and a later
+// call (the client port of an etcd whose peer port was just chosen) could
+// return it before the first caller's server bound it: one such pair failed
+// CI with "address already in use".
+var (
+	portsMu   sync.Mutex
+	handedOut = map[int]bool{}
+)
+
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
+	portsMu.Lock()
+	defer portsMu.Unlock()
 	var ports []int
 	var ls []net.Listener
 	defer func() {
@@ -112,12 +124,16 @@ func freePorts(t *testing.T, n int) []int {
 			t.Fatal("no free port")
 		}
 		port := 20000 + mrand.IntN(12000)
+		if handedOut[port] {
+			continue
+		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			continue
 		}
 		ls = append(ls, l)
 		ports = append(ports, port)
+		handedOut[port] = true
 	}
 	return ports
 }
