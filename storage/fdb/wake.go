@@ -158,7 +158,7 @@ func (d *DB) watch(ctx context.Context, fkey fdbgo.Key, seen []byte, w *keyWake)
 	}
 	defer context.AfterFunc(ctx, tr.Cancel)()
 	defer context.AfterFunc(d.closing, tr.Cancel)()
-	for retries := 0; ; retries++ {
+	for retries := 0; ; {
 		err := d.watchOnce(ctx, tr, fkey, seen, w)
 		if err == nil {
 			return nil
@@ -179,12 +179,12 @@ func (d *DB) watch(ctx context.Context, fkey fdbgo.Key, seen []byte, w *keyWake)
 				return err
 			}
 			tr.Reset()
-			retries--
 			continue
 		}
 		if retries >= d.maxRetries {
 			return fmt.Errorf("storage/fdb: giving up after %d retries: %w", retries, mapError(err))
 		}
+		retries++
 		// OnError resets the transaction (also after a committed watch) and
 		// backs off; it refuses errors that are not worth retrying.
 		if oerr := tr.OnError(fdbgo.Error{Code: code}).Get(); oerr != nil {
@@ -203,14 +203,11 @@ func (d *DB) pollWait(ctx context.Context, w *keyWake) error {
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return nil
 	case <-w.ch:
-		return nil
 	case <-ctx.Done():
-		return ctx.Err()
 	case <-d.closing.Done():
-		return storage.ErrClosed
 	}
+	return stopped(ctx, d.closing)
 }
 
 // watchOnce reads key; if it still holds seen, it watches it and waits for
