@@ -21,7 +21,12 @@ func (m *Mirror) watch(ctx context.Context) error {
 		clientv3.WithRev(m.state.Head+1), clientv3.WithProgressNotify())
 	tick := time.NewTicker(m.cfg.LogEvery)
 	defer tick.Stop()
-	var source int64
+	// The source was at the snapshot's revision when it took it. A source
+	// that takes no write after it sends no event, so the mirror must say
+	// now that it is caught up, or a cut-over waiting for zero lag waits
+	// for ever.
+	source := m.state.Head
+	m.cfg.Metrics.applied(m.state.Head, source, -1)
 	for {
 		select {
 		case <-ctx.Done():
@@ -62,9 +67,7 @@ func (m *Mirror) apply(ctx context.Context, events []*clientv3.Event, source int
 		m.lag.observe(m.cfg.Now().Sub(received))
 		m.cfg.Metrics.applied(rev, source, m.cfg.Now().Sub(received))
 	}
-	if source > 0 {
-		m.cfg.Metrics.applied(m.state.Head, source, -1)
-	}
+	m.cfg.Metrics.applied(m.state.Head, source, -1)
 	return nil
 }
 

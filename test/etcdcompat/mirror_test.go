@@ -115,41 +115,14 @@ func TestMirrorCompat(t *testing.T) {
 	}
 	store := newCandStore(t)
 	metrics := fmt.Sprintf("127.0.0.1:%d", ports[2])
-	logPath := filepath.Join(t.TempDir(), "mirror.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"mirror", "--from", ref.url, "--listen-metrics-urls", "http://" + metrics}, store.args()...)
 	imported := time.Now() // the mirror imports the source's snapshot first
-	cmd := exec.Command(fdbBinary, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); logf.Close() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("mirror log:\n%s", tailFile(logPath, 6000))
-		}
-	})
+	cmd, exited, logPath := startMirror(t, ref, store, metrics)
 
 	loaders.Wait()
 
 	// Cut-over: writes stopped; wait for zero lag; stop the mirror.
 	head := p0Rev(t, ref)
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		v, err := mirrorMetric(metrics, "fdb_etcd_mirror_revision")
-		if err == nil && int64(v) == head {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mirror at revision %v (%v), etcd at %d after 60s", v, err, head)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitMirrorMetric(t, metrics, "fdb_etcd_mirror_revision", head)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +163,85 @@ func TestMirrorCompat(t *testing.T) {
 	}
 	checkImportedWatches(t, p, compactRev, head)
 	checkImportedLeases(t, p, imported)
+}
+
+// startMirror starts `fdb-etcd mirror` from ref into store, serving its
+// metrics on metrics; exited reports its end, logPath holds its log.
+func startMirror(t *testing.T, ref *server, store *candStore, metrics string) (cmd *exec.Cmd, exited <-chan error, logPath string) {
+	t.Helper()
+	logPath = filepath.Join(t.TempDir(), "mirror.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"mirror", "--from", ref.url, "--listen-metrics-urls", "http://" + metrics}, store.args()...)
+	cmd = exec.Command(fdbBinary, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait(); logf.Close() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("mirror log:\n%s", tailFile(logPath, 6000))
+		}
+	})
+	return cmd, done, logPath
+}
+
+// waitMirrorMetric waits up to a minute for the mirror's metric name to
+// read want.
+func waitMirrorMetric(t *testing.T, metrics, name string, want int64) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		v, err := mirrorMetric(metrics, name)
+		if err == nil && int64(v) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mirror's %s is %v (%v), etcd at %d after 60s", name, v, err, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestMirrorQuietSource mirrors an etcd that takes no writes after its
+// snapshot: the mirror must report itself caught up (revision and source
+// revision at the snapshot's, zero lag) although no watch event ever
+// arrives, or a cut-over waiting for zero lag waits forever.
+func TestMirrorQuietSource(t *testing.T) {
+	t.Parallel()
+	skipInTenantMode(t)
+	if candidateKind != "fdb-etcd" {
+		t.Skip("mirrors into fdb-etcd only")
+	}
+	ports, err := freePorts(t, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, stopRef, err := startEmbeddedOn(t, t.TempDir(), ports[0], ports[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopRef)
+	importWorkload(t, ref.cli)
+	head := p0Rev(t, ref)
+	metrics := fmt.Sprintf("127.0.0.1:%d", ports[2])
+	startMirror(t, ref, newCandStore(t), metrics)
+	waitMirrorMetric(t, metrics, "fdb_etcd_mirror_revision", head)
+	waitMirrorMetric(t, metrics, "fdb_etcd_mirror_source_revision", head)
+	waitMirrorMetric(t, metrics, "fdb_etcd_mirror_lag_revisions", 0)
+
+	// And the first write after the snapshot is followed.
+	ctx, cancel := ctxOp()
+	defer cancel()
+	if _, err := ref.cli.Put(ctx, "after-snapshot", "1"); err != nil {
+		t.Fatal(err)
+	}
+	waitMirrorMetric(t, metrics, "fdb_etcd_mirror_revision", head+1)
+	waitMirrorMetric(t, metrics, "fdb_etcd_mirror_source_revision", head+1)
 }
 
 // p0Rev is a server's current revision.
