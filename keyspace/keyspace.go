@@ -22,12 +22,14 @@
 //	0x0b 'n' name                 tenant registry: a tenant's record (id, quota)
 //	0x0b 'i'                      tenant registry: the last id handed out
 //	0x0b 'l' id                   tenant registry: present while tenant id is live
+//	0x0c 'b' id                   process beat: bumped by a live process that owns keyspaces of the store
+//	0x0c 'd' id                   process deposal mark: rewritten when a keyspace is taken from the process
 //	0xfe 'n'                      journal counter: test builds only (mvcc's persisted-request journal)
 //	0xfe 'j' n part               journal records: test builds only, never read by the server
 //
 // A tenant's keyspace (0x0a id) holds families 0x01..0x09 exactly as the
 // store holds them without tenancy, so a tenant is an fdb-etcd keyspace of
-// its own; families 0x0a and 0x0b never appear inside one.
+// its own; families 0x0a, 0x0b and 0x0c never appear inside one.
 //
 // esc escapes 0x00 as 0x00 0xff and ends with 0x00 0x01, so history keys sort by
 // etcd key and then by revision, and no escaped key is a prefix of another.
@@ -52,6 +54,7 @@ const (
 	famSingle  = 0x09
 	famTenant  = 0x0a
 	famTenants = 0x0b
+	famProcess = 0x0c
 	famJournal = 0xfe
 )
 
@@ -334,6 +337,19 @@ var TenantLastID = []byte{famTenants, 'i'}
 // take from it.
 func TenantLive(id uint64) []byte {
 	return appendU64([]byte{famTenants, 'l'}, id)
+}
+
+// ProcessBeat is bumped by process id while it lives, for the keyspaces
+// of the store whose write ownership it holds (package owner): one write
+// per process and interval instead of one per keyspace.
+func ProcessBeat(id uint64) []byte {
+	return appendU64([]byte{famProcess, 'b'}, id)
+}
+
+// ProcessDeposed is rewritten by a replica that takes a keyspace's
+// ownership from process id, so that the process's next beat learns of it.
+func ProcessDeposed(id uint64) []byte {
+	return appendU64([]byte{famProcess, 'd'}, id)
 }
 
 // JournalCounter holds the number of the last journal record. The journal

@@ -37,6 +37,8 @@ func TestGoldenEncoding(t *testing.T) {
 	line("TenantRecord(acme)", TenantRecord("acme"))
 	line("TenantLastID", TenantLastID)
 	line("TenantLive(3)", TenantLive(3))
+	line("ProcessBeat(3)", ProcessBeat(3))
+	line("ProcessDeposed(3)", ProcessDeposed(3))
 	line("JournalCounter", JournalCounter)
 	line("JournalRecord(3, 1)", JournalRecord(3, 1))
 	path := filepath.Join("testdata", "encoding.golden")

@@ -3,59 +3,71 @@ package owner
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/fdb-etcd/fdb-etcd/keyspace"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
 // tick renews this replica's ownership, takes over a vacant or lapsed one,
-// or else records what it saw, in one transaction.
+// or else records what it saw, in one transaction. An owner whose process
+// beats for it (Process) has nothing to write: it reads its record only
+// when a beat found a deposal mark or verifyEvery intervals have passed.
 func (e *Elector) tick() {
 	start := e.clock.Now()
 	e.mu.Lock()
-	seen, held := e.seen, e.held
+	seen, held, rec := e.seen, e.held, e.rec
 	lapsed := seen != nil && start.Sub(e.seenAt) >= e.cfg.TTL
+	beaten := held != 0 && e.proc != nil && start.Sub(e.verifiedAt) < verifyEvery*e.cfg.RenewInterval
+	verified := e.verifiedGen
 	e.mu.Unlock()
+	var gen uint64
+	if e.proc != nil {
+		_, gen = e.proc.renewal()
+		if beaten && gen == verified {
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.TTL)
 	defer cancel()
-	var got, wrote []byte
-	err := e.update(ctx, func(tx storage.Tx) error {
-		cur, err := tx.Get(key)
-		if err != nil {
-			return err
-		}
-		// After commit_unknown_result the retry finds what an earlier
-		// attempt of this tick wrote: that attempt landed.
-		if wrote != nil && bytes.Equal(cur, wrote) {
-			got = cur
-			return nil
-		}
-		next, take := e.decide(cur, held, lapsed && bytes.Equal(cur, seen))
-		if !take {
-			got = cur
-			return nil
-		}
-		got = next.encode()
-		wrote = got
-		tx.Set(key, got)
-		return nil
-	})
-	if err != nil {
+	a := &tickAttempt{e: e, held: held, lapsed: lapsed, seen: seen}
+	if err := e.update(ctx, e.outerKeys(rec), a.run); err != nil {
 		if e.ctx.Err() == nil {
 			e.lg.Warn("ownership renewal failed", zap.Error(err))
 		}
 		return
 	}
-	e.observe(got, start, e.clock.Now())
+	e.observe(a.got, a.live, a.wrote != nil && bytes.Equal(a.got, a.wrote), gen, start, e.clock.Now())
 }
 
-// decide returns the record to write, if this replica should: renew its
-// own epoch, or take over a vacant record or one that stood still for TTL
-// (lapsed).
-func (e *Elector) decide(cur []byte, held uint64, lapsed bool) (record, bool) {
+// tickAttempt is a tick's transaction: what it knew before (held, lapsed,
+// seen) and what its attempts found (got, live) and wrote.
+type tickAttempt struct {
+	e      *Elector
+	held   uint64
+	lapsed bool
+	seen   []byte
+
+	got, live []byte
+	wrote     []byte // what an attempt wrote, kept across retries
+}
+
+func (a *tickAttempt) run(tx, outer storage.Tx) error {
+	e := a.e
+	cur, err := tx.Get(key)
+	if err != nil {
+		return err
+	}
+	// After commit_unknown_result the retry finds what an earlier attempt
+	// of this tick wrote: that attempt landed.
+	if a.wrote != nil && bytes.Equal(cur, a.wrote) {
+		a.got, a.live = cur, nil
+		return nil
+	}
 	r, err := decode(cur)
 	if err != nil {
 		// Unreadable (written by a newer version?): treat it as another
@@ -63,33 +75,96 @@ func (e *Elector) decide(cur []byte, held uint64, lapsed bool) (record, bool) {
 		e.lg.Warn("unreadable ownership record", zap.Error(err))
 		r = record{ID: unreadable}
 	}
-	next := record{ID: e.id, Epoch: r.Epoch + 1, Beat: r.Beat + 1, URL: e.cfg.URL}
+	if a.live, err = processBeat(r, e.id, outer); err != nil {
+		return err
+	}
+	next, take := e.decide(r, a.held, a.lapsed && bytes.Equal(observed(cur, a.live), a.seen))
+	if !take {
+		a.got = cur
+		return nil
+	}
+	a.got = next.encode()
+	a.wrote = a.got
+	tx.Set(key, a.got)
+	if r.Process && r.ID != 0 && r.ID != e.id && outer != nil {
+		// Taken from a live-looking process's keyspaces: its next beat
+		// learns of it (Process).
+		outer.Set(keyspace.ProcessDeposed(r.ID), deposalMark())
+	}
+	return nil
+}
+
+// outerKeys are the shared store's keys a tick reads first: the beat of
+// the process the record named at the last read, if it names one.
+func (e *Elector) outerKeys(r record) [][]byte {
+	if !r.Process || r.ID == 0 || r.ID == e.id {
+		return nil
+	}
+	return [][]byte{keyspace.ProcessBeat(r.ID)}
+}
+
+// processBeat reads the beat of the process that r names as its owner's
+// liveness, unless that is this replica's own process; nil without one.
+func processBeat(r record, self uint64, outer storage.Tx) ([]byte, error) {
+	if !r.Process || r.ID == 0 || r.ID == self || outer == nil {
+		return nil, nil
+	}
+	return outer.Get(keyspace.ProcessBeat(r.ID))
+}
+
+// observed is what an observer compares from one read to the next: the
+// record and, when its owner's liveness is its process's beat, that beat.
+func observed(cur, live []byte) []byte {
+	if live == nil {
+		return cur
+	}
+	out := binary.BigEndian.AppendUint32(nil, uint32(len(cur)))
+	out = append(out, cur...)
+	return append(out, live...)
+}
+
+// decide returns the record to write, if this replica should: renew its
+// own epoch (unless its process's beats renew it), or take over a vacant
+// record or one that stood still for TTL (lapsed), or one its own process
+// holds under another epoch (an earlier elector of this process on this
+// keyspace, stopped without handing it back).
+func (e *Elector) decide(r record, held uint64, lapsed bool) (record, bool) {
+	next := record{ID: e.id, Epoch: r.Epoch + 1, Beat: r.Beat + 1, URL: e.cfg.URL, Process: e.proc != nil}
 	switch {
 	case r.ID == e.id && r.Epoch == held:
+		if next.Process && r.Process && r.URL == e.cfg.URL {
+			return record{}, false
+		}
 		next.Epoch = r.Epoch
 		return next, true
-	case r.ID == 0, lapsed:
+	case r.ID == 0, lapsed, e.proc != nil && r.ID == e.id:
 		return next, true
 	}
 	return record{}, false
 }
 
 // observe records the outcome of a tick that started at start and ended
-// at now, and wakes Changed's waiters if the owner or this replica's epoch
-// changed.
-func (e *Elector) observe(got []byte, start, now time.Time) {
+// at now: got is the record read or written (wrote says which), live its
+// owner's process beat, gen the deposal generation before the tick. It
+// wakes Changed's waiters if the owner or this replica's epoch changed.
+func (e *Elector) observe(got, live []byte, wrote bool, gen uint64, start, now time.Time) {
 	rec, err := decode(got)
 	if err != nil {
 		rec = record{ID: unreadable}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !bytes.Equal(got, e.seen) {
-		e.seen, e.seenAt = got, now
+	if obs := observed(got, live); !bytes.Equal(obs, e.seen) {
+		e.seen, e.seenAt = obs, now
 	}
 	var held uint64
 	if rec.ID == e.id {
-		held, e.renewed = rec.Epoch, start
+		held, e.verifiedGen, e.verifiedAt = rec.Epoch, gen, start
+		// A record that stands still renews nothing by being read; its
+		// process's beats renew it (View).
+		if wrote || !rec.Process {
+			e.renewed = start
+		}
 	}
 	if held == e.held && rec.ID == e.rec.ID && rec.Epoch == e.rec.Epoch {
 		e.rec = rec

@@ -16,6 +16,10 @@
 // only measures how long it has itself watched the record stand still, so
 // clock skew between replicas does not move the hand-over.
 //
+// Many keyspaces in one store (package tenant) share their owners'
+// liveness instead: each keyspace's record names the owning process and
+// stands still while the process beats for all of them (Process).
+//
 // Fencing. The epoch fences what must be done by one replica only: a lease
 // expiry checks Fence in its own transaction, so an owner that was deposed
 // while it paused never deletes. Forwarded writes need no fence: the store's
@@ -54,6 +58,11 @@ type Config struct {
 	RenewInterval time.Duration
 	Clock         clock.Clock
 	Logger        *zap.Logger
+	// Process, on a store that is a SharedUpdater, is the process this
+	// replica's keyspace shares its liveness with: its record then names
+	// the process and stands still while the process beats (Process).
+	// The Process's TTL and RenewInterval must be this Config's.
+	Process *Process
 }
 
 func (c *Config) defaults() {
@@ -79,8 +88,20 @@ func (c *Config) defaults() {
 // such a store the Elector ticks at multiples of RenewInterval on its
 // clock, so that the keyspaces' renewals of one interval arrive together.
 type SharedUpdater interface {
-	UpdateShared(ctx context.Context, keys [][]byte, fn func(tx storage.Tx) error) error
+	// UpdateShared runs fn like Update, in a transaction it may share with
+	// other keyspaces': tx is on the keyspace's keys, outer on the
+	// shared store's own (its processes' beats). keys, in the keyspace,
+	// and outerKeys, in the shared store, are read first, with the other
+	// members' keys.
+	UpdateShared(ctx context.Context, keys, outerKeys [][]byte, fn func(tx, outer storage.Tx) error) error
 }
+
+// verifyEvery is how many intervals an owner whose process beats for it
+// goes without reading its record. The deposal marks tell the process of
+// every takeover by a replica of this version; this read finds the others
+// (an earlier version's replica, which writes no mark, taking over during
+// an upgrade), which otherwise cost conflicts until the process restarts.
+const verifyEvery = 8
 
 // View is what a replica currently believes about ownership.
 type View struct {
@@ -122,6 +143,15 @@ type Elector struct {
 	held    uint64        // guarded by mu: the epoch this process holds, 0 if none
 	renewed time.Time     // guarded by mu: start of the last committed renewal
 	changed chan struct{} // guarded by mu: closed when held or the owner changes
+	// proc beats for this keyspace while this replica holds it (nil
+	// without a Process or off a shared store).
+	proc *Process
+	// verifiedGen is proc's deposal generation before the last read of
+	// the record that found this replica holding it; verifiedAt that
+	// read's start. proc's beats renew the holding while its generation
+	// is still verifiedGen.
+	verifiedGen uint64    // guarded by mu
+	verifiedAt  time.Time // guarded by mu
 }
 
 // Start reads (and, if vacant, takes) ownership once, then keeps renewing or
@@ -135,13 +165,17 @@ func Start(db storage.DB, cfg Config) *Elector {
 		refresh: make(chan struct{}, 1), changed: make(chan struct{}),
 	}
 	e.shared, _ = db.(SharedUpdater)
+	if cfg.Process != nil && e.shared != nil {
+		e.proc, e.id = cfg.Process, cfg.Process.ID()
+	}
 	e.tick()
 	go e.run()
 	return e
 }
 
-// ID is this process's id in the record. It is drawn at random for each
-// process rather than derived from the member's name: two processes given
+// ID is this process's id in the record (its Process's, with one). It is
+// drawn at random for each process rather than derived from the member's
+// name: two processes given
 // the same name by mistake must not take ownership from each other, and a
 // restarted member must not mistake its dead predecessor's record for its
 // own.
@@ -193,12 +227,13 @@ func (e *Elector) untilTick(last time.Time) time.Duration {
 }
 
 // update runs a tick's transaction: in a shared transaction on a shared
-// store, else in one of its own.
-func (e *Elector) update(ctx context.Context, fn func(tx storage.Tx) error) error {
+// store, else in one of its own (without the shared store's keys: outer
+// is nil).
+func (e *Elector) update(ctx context.Context, outerKeys [][]byte, fn func(tx, outer storage.Tx) error) error {
 	if e.shared != nil {
-		return e.shared.UpdateShared(ctx, [][]byte{key}, fn)
+		return e.shared.UpdateShared(ctx, [][]byte{key}, outerKeys, fn)
 	}
-	return e.db.Update(ctx, fn)
+	return e.db.Update(ctx, func(tx storage.Tx) error { return fn(tx, nil) })
 }
 
 // refreshGap is how many reads of the record Refresh may add per
@@ -206,13 +241,20 @@ func (e *Elector) update(ctx context.Context, fn func(tx storage.Tx) error) erro
 const refreshGap = 8
 
 // View returns the current belief. This replica holds its epoch until TTL
-// after the start of its last committed renewal; another replica's record
-// is believed until it has stood still for TTL.
+// after the start of its last committed renewal (or of its process's last
+// beat, while no takeover has been seen since the record was last read);
+// another replica's record is believed until it has stood still for TTL.
 func (e *Elector) View() View {
 	now := e.clock.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.held != 0 && now.Sub(e.renewed) < e.cfg.TTL {
+	renewed := e.renewed
+	if e.proc != nil && e.rec.Process {
+		if beat, gen := e.proc.renewal(); gen == e.verifiedGen && beat.After(renewed) {
+			renewed = beat
+		}
+	}
+	if e.held != 0 && now.Sub(renewed) < e.cfg.TTL {
 		return View{Held: true, Epoch: e.held, ID: e.id, URL: e.cfg.URL}
 	}
 	if e.rec.ID != 0 && e.rec.ID != e.id && now.Sub(e.seenAt) < e.cfg.TTL {
@@ -228,6 +270,9 @@ func (e *Elector) View() View {
 // until this replica reads that, it commits its writes itself, racing the
 // new owner's stream of commits on the head revision.
 func (e *Elector) Refresh() {
+	e.mu.Lock()
+	e.verifiedAt = time.Time{} // an owner whose process beats for it reads too
+	e.mu.Unlock()
 	select {
 	case e.refresh <- struct{}{}:
 	default:
@@ -245,7 +290,10 @@ func (e *Elector) Changed() <-chan struct{} {
 
 // Fence fails with ErrNotOwner unless tx sees this replica owning epoch.
 // Called inside a transaction that must commit only under that ownership,
-// it makes the transaction conflict with any takeover.
+// it makes the transaction conflict with any takeover. Failing, it asks
+// for the record to be read again (Refresh): the caller believed in an
+// ownership that is gone, and its view should not wait for the next
+// scheduled read to say so.
 func (e *Elector) Fence(tx storage.ReadTx, epoch uint64) error {
 	v, err := tx.Get(key)
 	if err != nil {
@@ -253,6 +301,7 @@ func (e *Elector) Fence(tx storage.ReadTx, epoch uint64) error {
 	}
 	r, err := decode(v)
 	if err != nil || r.ID != e.id || r.Epoch != epoch {
+		e.Refresh()
 		return ErrNotOwner
 	}
 	return nil

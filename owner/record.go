@@ -14,7 +14,12 @@ import (
 // stop expiring leases once a newer process has written it.
 var key = keyspace.Singleton("lease/owner")
 
-const recordVersion = 2
+// The record's versions: recordVersion's owner rewrites it every renewal;
+// processVersion's stands still while its process beats (Process).
+const (
+	recordVersion  = 2
+	processVersion = 3
+)
 
 // record is the stored owner:
 //
@@ -22,12 +27,15 @@ const recordVersion = 2
 //
 // ID 0 means vacant (released); the epoch is kept so that the next owner's
 // is higher. Beat changes with every renewal, so that observers can tell a
-// live owner from a dead one by whether the stored bytes change.
+// live owner from a dead one by whether the stored bytes change; with
+// Process (version 3) the owner's liveness is instead its process's beat
+// key, and the record changes only when ownership does.
 type record struct {
-	ID    uint64
-	Epoch uint64
-	Beat  uint64
-	URL   string
+	ID      uint64
+	Epoch   uint64
+	Beat    uint64
+	URL     string
+	Process bool
 }
 
 const recordFixed = 1 + 8 + 8 + 8
@@ -44,6 +52,9 @@ const unreadable = ^uint64(0)
 func (r record) encode() []byte {
 	out := make([]byte, 1, recordFixed+len(r.URL))
 	out[0] = recordVersion
+	if r.Process {
+		out[0] = processVersion
+	}
 	out = binary.BigEndian.AppendUint64(out, r.ID)
 	out = binary.BigEndian.AppendUint64(out, r.Epoch)
 	out = binary.BigEndian.AppendUint64(out, r.Beat)
@@ -61,12 +72,13 @@ func decode(b []byte) (record, error) {
 			Epoch: binary.BigEndian.Uint64(b[8:]),
 			Beat:  binary.BigEndian.Uint64(b[16:]),
 		}, nil
-	case len(b) >= recordFixed && b[0] == recordVersion:
+	case len(b) >= recordFixed && (b[0] == recordVersion || b[0] == processVersion):
 		return record{
-			ID:    binary.BigEndian.Uint64(b[1:]),
-			Epoch: binary.BigEndian.Uint64(b[9:]),
-			Beat:  binary.BigEndian.Uint64(b[17:]),
-			URL:   string(b[recordFixed:]),
+			ID:      binary.BigEndian.Uint64(b[1:]),
+			Epoch:   binary.BigEndian.Uint64(b[9:]),
+			Beat:    binary.BigEndian.Uint64(b[17:]),
+			URL:     string(b[recordFixed:]),
+			Process: b[0] == processVersion,
 		}, nil
 	}
 	return record{}, errCorrupt

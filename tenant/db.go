@@ -85,13 +85,19 @@ func (d *DB) enter() error {
 
 // Update runs fn in a transaction of the shared store on prefixed keys.
 func (d *DB) Update(ctx context.Context, fn func(tx storage.Tx) error) error {
+	return d.updateOuter(ctx, func(tx, _ storage.Tx) error { return fn(tx) })
+}
+
+// updateOuter is Update whose fn also gets the transaction on the shared
+// store's own keys (outer).
+func (d *DB) updateOuter(ctx context.Context, fn func(tx, outer storage.Tx) error) error {
 	if err := d.enter(); err != nil {
 		return err
 	}
 	defer d.inflight.Done()
 	return d.inner.Update(ctx, func(itx storage.Tx) error {
 		t := d.wrap(itx, itx)
-		if err := fn(t.(storage.Tx)); err != nil {
+		if err := fn(t.(storage.Tx), itx); err != nil {
 			return err
 		}
 		return t.fenceOf().check()

@@ -121,6 +121,8 @@ func (r *Router) serverConfig(rec Record, g *guard, tn turns) server.Config {
 	// a quarter of a single keyspace's 4 MiB keeps a thousand connected
 	// tenants under 1 GiB of them, and as much of the values a tenant's
 	// keys last had (a single keyspace's 64 MiB) under another.
+	sc.Owner = r.ownerConfig()
+	sc.Owner.Process = r.process
 	sc.MVCC.LogTailBytes = tenantLogTailBytes
 	sc.MVCC.PrevValueBytes = tenantLogTailBytes
 	if r.peers != nil {
@@ -304,6 +306,7 @@ func (r *Router) Close() {
 			<-inst.watchDone
 		}
 	}
+	r.process.Stop() // after every tenant's server handed its ownership back
 	r.refuse.Stop()
 	_ = r.refuseL.Close()
 	<-r.refuseDone

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/fairsched"
+	"github.com/fdb-etcd/fdb-etcd/owner"
 	"github.com/fdb-etcd/fdb-etcd/server"
 	"github.com/fdb-etcd/fdb-etcd/server/cluster"
 	"github.com/fdb-etcd/fdb-etcd/server/commitfeed"
@@ -112,6 +113,9 @@ type Router struct {
 	// shared runs the running tenants' ownership renewals in shared
 	// transactions (shared.go).
 	shared *sharedUpdates
+	// process beats for every tenant whose writes this process owns, in
+	// place of a renewal per tenant (owner.Process).
+	process *owner.Process
 
 	conns sync.WaitGroup // accept loops and connections being routed
 
@@ -183,6 +187,7 @@ func NewRouter(cfg Config, db storage.DB) (*Router, error) {
 	if cfg.Fair.Slots > 0 {
 		r.sched = fairsched.New(cfg.Fair)
 	}
+	r.process = owner.StartProcess(db, r.ownerConfig())
 	for _, cn := range cfg.AdminCNs {
 		r.adminCNs[cn] = true
 	}
@@ -199,6 +204,17 @@ func NewRouter(cfg Config, db storage.DB) (*Router, error) {
 	}()
 	r.startPeers()
 	return r, nil
+}
+
+// ownerConfig is the election settings of the tenants' servers, with the
+// clock their servers give their elections.
+func (r *Router) ownerConfig() owner.Config {
+	oc := r.cfg.Server.Owner
+	oc.Logger = r.lg
+	if oc.Clock == nil {
+		oc.Clock = r.cfg.Server.Lease.Clock
+	}
+	return oc
 }
 
 // Registry is the registry the router looks tenants up in.

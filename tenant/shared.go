@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/fdb-etcd/fdb-etcd/internal/groupcommit"
+	"github.com/fdb-etcd/fdb-etcd/owner"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
@@ -33,12 +34,15 @@ const sharedTimeout = storage.MaxTransactionAge
 
 // sharedUpdate is one member of a shared transaction.
 type sharedUpdate struct {
-	db   *DB
-	keys [][]byte // read for it, with its fence, before any member runs
-	fn   func(tx storage.Tx) error
+	db    *DB
+	keys  [][]byte // read for it, with its fence, before any member runs
+	outer [][]byte // keys of the shared store read with them
+	fn    func(tx, outer storage.Tx) error
 }
 
 type sharedWaiter = groupcommit.Waiter[sharedUpdate, struct{}]
+
+var _ owner.SharedUpdater = (*DB)(nil)
 
 // sharedUpdates is the process's queue of shared transactions over one
 // store.
@@ -53,19 +57,22 @@ func newSharedUpdates(inner storage.DB) *sharedUpdates {
 }
 
 // UpdateShared runs fn on the tenant's keys like Update, in a transaction
-// it may share with other tenants' calls; keys are read first, with the
-// others' keys, in one batch. A failure of another member (its tenant
-// deleted meanwhile) never fails this one. Without a process-wide queue
-// (a DB from NewDB) it is Update.
-func (d *DB) UpdateShared(ctx context.Context, keys [][]byte, fn func(tx storage.Tx) error) error {
+// it may share with other tenants' calls; fn's outer is the same
+// transaction on the shared store's own keys (outside every tenant: the
+// processes' beats, package owner). keys (the tenant's) and outerKeys are
+// read first, with the others' keys, in one batch. A failure of another
+// member (its tenant deleted meanwhile) never fails this one. Without a
+// process-wide queue (a DB from NewDB) it runs in a transaction of its
+// own.
+func (d *DB) UpdateShared(ctx context.Context, keys, outerKeys [][]byte, fn func(tx, outer storage.Tx) error) error {
 	if d.shared == nil {
-		return d.Update(ctx, fn)
+		return d.updateOuter(ctx, fn)
 	}
 	if err := d.enter(); err != nil {
 		return err
 	}
 	defer d.inflight.Done()
-	_, err := d.shared.q.Do(ctx, sharedUpdate{db: d, keys: keys, fn: fn}, 0, d.shared.commit)
+	_, err := d.shared.q.Do(ctx, sharedUpdate{db: d, keys: keys, outer: outerKeys, fn: fn}, 0, d.shared.commit)
 	return err
 }
 
@@ -112,6 +119,7 @@ func sharedKeys(batch []*sharedWaiter) [][]byte {
 		for _, k := range w.Req.keys {
 			keys = append(keys, d.key(k))
 		}
+		keys = append(keys, w.Req.outer...)
 	}
 	return keys
 }
@@ -127,7 +135,7 @@ func runShared(itx storage.Tx, batch []*sharedWaiter, keys [][]byte) error {
 	read := storage.NewCachedTx(itx, keys, vals)
 	for i, w := range batch {
 		t := w.Req.db.wrap(read, read)
-		err := w.Req.fn(t.(storage.Tx))
+		err := w.Req.fn(t.(storage.Tx), read)
 		if err == nil {
 			err = t.fenceOf().check()
 		}

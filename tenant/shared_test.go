@@ -151,7 +151,7 @@ func TestSharedUpdateMemberFailsAlone(t *testing.T) {
 	first := make(chan error, 1)
 	go func() {
 		var once sync.Once
-		first <- dbs[0].UpdateShared(ctx, nil, func(tx storage.Tx) error {
+		first <- dbs[0].UpdateShared(ctx, nil, nil, func(tx, _ storage.Tx) error {
 			once.Do(func() { close(started) })
 			<-release
 			tx.Set(key, []byte("0"))
@@ -165,7 +165,7 @@ func TestSharedUpdateMemberFailsAlone(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = dbs[i].UpdateShared(ctx, [][]byte{key}, func(tx storage.Tx) error {
+			errs[i] = dbs[i].UpdateShared(ctx, [][]byte{key}, nil, func(tx, _ storage.Tx) error {
 				if _, err := tx.Get(key); err != nil {
 					return err
 				}
@@ -211,6 +211,63 @@ func TestSharedUpdateMemberFailsAlone(t *testing.T) {
 		}
 		if string(got) != w {
 			t.Errorf("tenant %d's key is %q; want %q", i, got, w)
+		}
+	}
+}
+
+// TestProcessBeatRenewsRunningTenants: with the process beating for its
+// running tenants (owner.Process), their renewals write nothing: over
+// several intervals the owning process runs one transaction per interval,
+// its beat, however many tenants, while another process's electors,
+// reading the owner's beat through their shared transactions, never take
+// a tenant over.
+func TestProcessBeatRenewsRunningTenants(t *testing.T) {
+	const (
+		tenants   = 10
+		renew     = time.Second
+		intervals = 6 // more than TTL: a standing record alone would be taken over
+	)
+	dbs, counted, reg := sharedTenants(t, tenants, 0)
+	clk := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg := owner.Config{TTL: 4 * renew, RenewInterval: renew, Clock: clk}
+	// b, another process, has its own queue of shared transactions.
+	bCounted := &countedDB{DB: counted.DB}
+	bShared := newSharedUpdates(bCounted)
+	a, b := owner.StartProcess(counted, cfg), owner.StartProcess(bCounted, cfg)
+	t.Cleanup(a.Stop)
+	t.Cleanup(b.Stop)
+	loops := 2
+	clk.BlockUntil(t, loops)
+	owners, others := make([]*owner.Elector, tenants), make([]*owner.Elector, tenants)
+	for i, db := range dbs {
+		cfg.Process, cfg.URL = a, "http://a"
+		owners[i] = owner.Start(db, cfg)
+		t.Cleanup(owners[i].Stop)
+		rec, err := reg.Get(ctxT(t), fmt.Sprintf("t%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Process, cfg.URL = b, "http://b"
+		others[i] = owner.Start(newDB(bCounted, rec.ID, Quotas{}, bShared), cfg)
+		t.Cleanup(others[i].Stop)
+		loops += 2
+		clk.BlockUntil(t, loops)
+	}
+	counted.updates.Store(0)
+	for range intervals {
+		clk.Advance(renew)
+		clk.BlockUntil(t, loops)
+	}
+	if n := counted.updates.Load(); n > intervals {
+		t.Errorf("the owner of %d tenants ran %d transactions over %d intervals; want its beats alone (%d)",
+			tenants, n, intervals, intervals)
+	}
+	for i, e := range owners {
+		if v := e.View(); !v.Held || v.Epoch != 1 || v.ID != a.ID() {
+			t.Errorf("tenant %d after %d intervals: %+v; want a still holding epoch 1", i, intervals, v)
+		}
+		if v := others[i].View(); v.Held || v.ID != a.ID() {
+			t.Errorf("tenant %d, the other process after %d intervals: %+v; want a's record", i, intervals, v)
 		}
 	}
 }
