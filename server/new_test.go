@@ -14,6 +14,7 @@ import (
 
 	"github.com/fdb-etcd/fdb-etcd/internal/testdb"
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
+	"github.com/fdb-etcd/fdb-etcd/owner"
 	"github.com/fdb-etcd/fdb-etcd/server"
 	"github.com/fdb-etcd/fdb-etcd/server/autocompact"
 	"github.com/fdb-etcd/fdb-etcd/storage"
@@ -113,10 +114,12 @@ type sharedStore struct {
 	shared atomic.Int64
 }
 
-func (d *sharedStore) UpdateShared(ctx context.Context, keys [][]byte, fn func(storage.Tx) error) error {
+func (d *sharedStore) UpdateShared(ctx context.Context, keys, outerKeys [][]byte, fn func(tx, outer storage.Tx) error) error {
 	d.shared.Add(1)
-	return d.DB.Update(ctx, fn)
+	return d.DB.Update(ctx, func(tx storage.Tx) error { return fn(tx, nil) })
 }
+
+var _ owner.SharedUpdater = (*sharedStore)(nil)
 
 // TestElectionUsesSharedStore: on a store that shares transactions among
 // keyspaces, the server's owner election runs on it, not on the wrapper
