@@ -43,37 +43,27 @@ func BenchmarkGrantConcurrent(b *testing.B) {
 }
 
 // BenchmarkRenewConcurrent is 16 and 256 clients' keep-alives, each of its
-// own lease, back to back: with and without shared reads gathering the
-// callers of the previous one (Config.Gather), and with and without the
-// records of earlier keep-alives kept (Config.RenewCache). Every one is
-// covered by the stored deadline, so it is answered from a read. It
-// reports the process's CPU per keep-alive, the FoundationDB client's
-// network thread included.
+// own lease, back to back, with and without shared reads gathering the
+// callers of the previous one (Config.Gather): every one is covered by the
+// stored deadline, so it is answered from a read. It reports the process's
+// CPU per keep-alive, the FoundationDB client's network thread included.
 func BenchmarkRenewConcurrent(b *testing.B) {
-	onOff := map[bool]string{true: "on", false: "off"}
 	for _, clients := range []int{16, 256} {
-		for _, c := range []struct{ gather, cache bool }{{false, true}, {true, false}, {true, true}} {
-			cfg := Config{Gather: -1, RenewCache: -1}
-			if c.gather {
-				cfg.Gather = 0
-			}
-			if c.cache {
-				cfg.RenewCache = 0
-			}
-			name := fmt.Sprintf("clients=%d/gather=%s/cache=%s", clients, onOff[c.gather], onOff[c.cache])
-			b.Run(name, func(b *testing.B) { benchmarkRenewConcurrent(b, clients, cfg) })
+		for _, gather := range []time.Duration{-1, 0} {
+			name := fmt.Sprintf("clients=%d/gather=%v", clients, map[bool]string{true: "off", false: "on"}[gather < 0])
+			b.Run(name, func(b *testing.B) { benchmarkRenewConcurrent(b, clients, gather) })
 		}
 	}
 }
 
-func benchmarkRenewConcurrent(b *testing.B, clients int, cfg Config) {
+func benchmarkRenewConcurrent(b *testing.B, clients int, gather time.Duration) {
 	db := testdb.Open(b)
 	store, err := mvcc.Open(db, mvcc.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	own := owner.Start(db, owner.Config{})
-	l := New(store, own, cfg)
+	l := New(store, own, Config{Gather: gather})
 	b.Cleanup(func() {
 		l.Stop()
 		own.Stop()

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/fdb-etcd/fdb-etcd/keyspace"
-	"github.com/fdb-etcd/fdb-etcd/mvcc"
 	"github.com/fdb-etcd/fdb-etcd/storage"
 )
 
@@ -31,9 +30,6 @@ func WriteImported(tx storage.Tx, id, ttl int64, deadline time.Time) error {
 		}
 		old = r.Deadline
 	}
-	if raw != nil {
-		mvcc.MarkLeaseRemoved(tx) // the new deadline may be earlier
-	}
 	setDeadline(tx, id, record{TTL: ttl, Deadline: deadline.UnixMicro()}, old)
 	return nil
 }
@@ -44,5 +40,4 @@ func WriteImported(tx storage.Tx, id, ttl int64, deadline time.Time) error {
 // entry, which the expiring owner clears when it reaches it.
 func RemoveImported(tx storage.Tx, id int64) {
 	tx.Clear(keyspace.Lease(id))
-	mvcc.MarkLeaseRemoved(tx)
 }

@@ -5,8 +5,7 @@
 // Durability. A lease's deadline is stored with it. A keep-alive is
 // acknowledged only once a deadline of at least now+TTL is durable: if the
 // stored deadline already covers that, the keep-alive is answered from a read
-// alone (of the head and mvcc.LeaseRemovedKey only, for a record this lessor
-// read before: renewcache.go); otherwise it joins a group commit that writes now+TTL+slack (slack
+// alone; otherwise it joins a group commit that writes now+TTL+slack (slack
 // is min(RenewSlack, TTL/4)), so a client renewing back to back costs one
 // write per slack period. The price is that a lease may outlive its last
 // keep-alive by up to the slack. etcd instead keeps renewals in memory and
@@ -109,10 +108,6 @@ type Config struct {
 	// WriteBatch bounds the grants and renewals in one group commit, and
 	// the keep-alives that share one read of their records.
 	WriteBatch int
-	// RenewCache bounds the lease records a lessor keeps to answer
-	// repeated keep-alives without reading them (renewcache.go); default
-	// 10,000, negative keeps none.
-	RenewCache int
 	// Gather is the longest a group commit or a shared read waits for the
 	// callers of the previous one to come back (groupcommit's
 	// Limits.Gather, on the real clock: it is about when clients' next
@@ -163,10 +158,6 @@ func (c *Config) defaults() {
 	if c.Gather == 0 {
 		c.Gather = time.Millisecond
 	}
-	if c.RenewCache == 0 {
-		c.RenewCache = 10_000
-	}
-	c.RenewCache = max(c.RenewCache, 0)
 	if c.ExpireBatch <= 0 {
 		c.ExpireBatch = 1000
 	}
@@ -196,7 +187,6 @@ type Lessor struct {
 
 	writes   *groupcommit.Queue[*writeReq, writeRes] // grants and renewals
 	reads    *groupcommit.Queue[int64, recordRead]   // keep-alives' reads of their records
-	renewed  *renewCache                             // records those reads found
 	stop     chan struct{}
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -225,11 +215,10 @@ func New(store Revoker, own *owner.Elector, cfg Config) *Lessor {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lessor{
 		cfg: cfg, lg: cfg.Logger, clock: cfg.Clock, store: store, db: store.DB(), owner: own,
-		writes:  groupcommit.New[*writeReq, writeRes](groupcommit.Limits{MaxBatch: cfg.WriteBatch, Gather: cfg.Gather}, ErrStopped),
-		reads:   newReadQueue(cfg.WriteBatch, cfg.Gather),
-		renewed: newRenewCache(cfg.RenewCache),
-		stop:    make(chan struct{}),
-		ctx:     ctx, cancel: cancel,
+		writes: groupcommit.New[*writeReq, writeRes](groupcommit.Limits{MaxBatch: cfg.WriteBatch, Gather: cfg.Gather}, ErrStopped),
+		reads:  newReadQueue(cfg.WriteBatch, cfg.Gather),
+		stop:   make(chan struct{}),
+		ctx:    ctx, cancel: cancel,
 	}
 	l.wg.Add(1)
 	go l.run()

@@ -114,7 +114,6 @@ func (s *Store) applyRevoke(tx storage.Tx, rev int64, id revision.RequestID, r *
 		return nil, false, nil, err
 	}
 	tx.Clear(keyspace.Lease(r.ID))
-	MarkLeaseRemoved(tx)
 	tx.ClearRange(prefix, storage.Strinc(prefix))
 	if len(live) == 0 {
 		return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev}}, false, nil, nil

@@ -156,7 +156,6 @@ func (s *Store) publish(tx storage.Tx, r revision.Reservation, wrote bool) error
 	if req.del == nil {
 		prefix := keyspace.AttachPrefix(req.lease)
 		tx.Clear(keyspace.Lease(req.lease))
-		MarkLeaseRemoved(tx)
 		tx.ClearRange(prefix, storage.Strinc(prefix))
 	}
 	if wrote {
