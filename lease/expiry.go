@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"time"
@@ -22,6 +21,7 @@ var errRenewed = errors.New("lease: renewed since it was found expired")
 // index window, the next window read, or a change of ownership.
 func (l *Lessor) run() {
 	defer l.wg.Done()
+	defer l.endWake()
 	retry := expiryRetry{}
 	for !l.stopped() {
 		changed := l.owner.Changed()
@@ -58,46 +58,50 @@ type wakePlan struct {
 }
 
 // sleep waits for p, a change of ownership or Stop. The wake key is waited
-// for on a goroutine of its own, which sleep cancels and joins before it
-// returns. A change of the key does not end the sleep at once: the lease
-// that changed it is due MinTTL after its grant at the earliest, at least
-// ScanInterval away, so the loop sleeps ScanInterval more, and reads the
-// index at most once per ScanInterval however often leases are granted. A
-// wait that fails (FoundationDB's limit on watches, say) does the same, so
-// the index is then read every ScanInterval, as if no deadline were far.
+// for by a wakeWait, which stays running when the sleep ends for another
+// reason and serves the next quiet sleep if the key still holds the value
+// it waits on; any other sleep ends it. A change of the key does not end
+// the sleep at once: the lease that changed it is due MinTTL after its
+// grant at the earliest, at least ScanInterval away, so the loop sleeps
+// ScanInterval more, and reads the index at most once per ScanInterval
+// however often leases are granted. A wait that fails (FoundationDB's
+// limit on watches, say) does the same, so the index is then read every
+// ScanInterval, as if no deadline were far.
 func (l *Lessor) sleep(p wakePlan, changed <-chan struct{}) {
 	if !p.watch {
+		l.endWake()
 		l.clock.Sleep(p.at.Sub(l.clock.Now()), l.stop, changed)
 		return
 	}
-	// l.ctx ends right after l.stop closes, so the watch's end covers Stop.
-	ctx, cancel := context.WithCancel(l.ctx)
-	woken := make(chan struct{})
-	var err error // set before woken closes
-	go func() {
-		defer close(woken)
-		err = l.db.WaitChange(ctx, wakeKey, p.seen)
-	}()
-	l.clock.Sleep(p.at.Sub(l.clock.Now()), changed, woken)
-	var ended bool // the wait ended by itself, not by cancel
-	select {
-	case <-woken:
-		ended = true
-	default:
+	if l.wake != nil && !l.wake.waits(p.seen) {
+		l.endWake()
 	}
-	cancel()
-	<-woken
-	if !ended || l.ctx.Err() != nil {
+	if l.wake == nil {
+		// l.ctx ends right after l.stop closes, so the wait's end covers Stop.
+		l.wake = startWakeWait(l.ctx, l.db, p.seen)
+	}
+	w := l.wake
+	l.clock.Sleep(p.at.Sub(l.clock.Now()), changed, w.done)
+	if !w.ended() || l.ctx.Err() != nil {
 		return // the time, ownership or Stop ended the sleep
 	}
-	if err != nil {
+	l.wake = nil
+	if w.err != nil {
 		log := l.lg.Debug
 		if !l.watchFailed {
 			log, l.watchFailed = l.lg.Warn, true
 		}
-		log("waiting for new lease deadlines; reading them every scan interval instead", zap.Error(err))
+		log("waiting for new lease deadlines; reading them every scan interval instead", zap.Error(w.err))
 	}
 	l.clock.Sleep(min(p.at.Sub(l.clock.Now()), l.cfg.ScanInterval), l.stop, changed)
+}
+
+// endWake stops the run loop's wait for the wake key, if any.
+func (l *Lessor) endWake() {
+	if l.wake != nil {
+		l.wake.stop()
+		l.wake = nil
+	}
 }
 
 func (l *Lessor) state() ownState {

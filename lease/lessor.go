@@ -196,8 +196,10 @@ type Lessor struct {
 	mu  sync.Mutex
 	own ownState // guarded by mu; the run loop alone writes it
 
-	// watchFailed: a wait for the wake key failed and was logged. Only the
-	// run loop uses it.
+	// Only the run loop uses these. wake: its wait for the wake key, kept
+	// between quiet sleeps (nil when none); watchFailed: a wait for the
+	// wake key failed and was logged.
+	wake        *wakeWait
 	watchFailed bool
 }
 

@@ -1140,14 +1140,15 @@ func TestKeepAlivesShareOneRead(t *testing.T) {
 }
 
 // indexReads counts the reads of the deadline index from its start made
-// through it (n, one per expiry pass), and the waits that saw their key
-// change (woke).
+// through it (n, one per expiry pass), the waits started (waits) and
+// those that saw their key change (woke).
 type indexReads struct {
 	storage.DB
-	n, woke atomic.Int64
+	n, waits, woke atomic.Int64
 }
 
 func (d *indexReads) WaitChange(ctx context.Context, key, seen []byte) error {
+	d.waits.Add(1)
 	err := d.DB.WaitChange(ctx, key, seen)
 	if err == nil {
 		d.woke.Add(1)
@@ -1206,6 +1207,28 @@ func TestQuietOwnerWaitsForNewLeases(t *testing.T) {
 	}
 	woke := db.woke.Load()
 	expiresOnTime(t, b, a, func(total, by time.Duration) {
+		db.awaitWake(t, woke)
+		w.step(total, by)
+	})
+}
+
+// TestQuietOwnerKeepsItsWait: a quiet owner reads the deadline index at
+// every QuietScanInterval, and keeps waiting for the wake key on the wait
+// it started first rather than starting one per read (on FoundationDB a
+// transaction and a watch registration each); a grant still wakes it.
+func TestQuietOwnerKeepsItsWait(t *testing.T) {
+	db := &indexReads{DB: testdb.Open(t)}
+	w := newWorld(t, db)
+	a := w.add(Config{QuietScanInterval: 5 * time.Second})
+	w.step(32*time.Second, 100*time.Millisecond)
+	if n := db.n.Load(); n < 6 {
+		t.Fatalf("the quiet owner read the deadline index %d times in 32 s, want one per 5 s", n)
+	}
+	if n := db.waits.Load(); n != 1 {
+		t.Fatalf("the quiet owner started %d waits for the wake key in 32 s, want 1 kept throughout", n)
+	}
+	woke := db.woke.Load()
+	expiresOnTime(t, a, a, func(total, by time.Duration) {
 		db.awaitWake(t, woke)
 		w.step(total, by)
 	})
