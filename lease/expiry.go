@@ -313,7 +313,7 @@ func (l *Lessor) dueLeases(now time.Time, retry expiryRetry) (due []indexEntry, 
 			if len(due) == 0 && !retrying {
 				// Nothing due, retried or near: sleep until the earliest
 				// deadline or a new one.
-				next = quiet.plan(now, l.cfg.QuietScanInterval)
+				next = quiet.plan(now, l.cfg.QuietScanInterval, l.cfg.ScanInterval)
 			}
 			return due, next, false, nil
 		}
@@ -363,9 +363,15 @@ func (l *Lessor) readQuiet(end []byte) (quietRead, error) {
 }
 
 // plan is the quiet sleep: until the earliest deadline, at most max, and
-// woken by a change of the wake key.
-func (q quietRead) plan(now time.Time, max time.Duration) wakePlan {
-	at := now.Add(max)
+// woken by a change of the wake key. The bound is rounded down to a whole
+// multiple of align (ScanInterval) on the clock, the same instant for
+// every tenant of the process (and for each tenant's elector, which ticks
+// on whole RenewIntervals): the quiet reads of a process's tenants then
+// start together and share read versions, one request a round instead of
+// one per tenant. It stays after now, as max is at least align, and
+// deadlines are not rounded, so no lease expires later.
+func (q quietRead) plan(now time.Time, max, align time.Duration) wakePlan {
+	at := now.Add(max).Truncate(align)
 	if q.earliest >= 0 {
 		at = minTime(at, time.UnixMicro(q.earliest))
 	}

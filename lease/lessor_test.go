@@ -1234,6 +1234,34 @@ func TestQuietOwnerKeepsItsWait(t *testing.T) {
 	})
 }
 
+// TestQuietReadsOnWholeScanIntervals: a quiet owner's reads of the
+// deadline index fall on whole multiples of ScanInterval on its clock, so
+// that those of a process's tenants start together and share a read
+// version, wherever the owner's first pass fell.
+func TestQuietReadsOnWholeScanIntervals(t *testing.T) {
+	db := &indexReads{DB: testdb.Open(t)}
+	w := newWorld(t, db)
+	w.now = w.now.Add(350 * time.Millisecond) // off the grid
+	w.add(Config{QuietScanInterval: 5 * time.Second})
+	w.step(2*time.Second, 50*time.Millisecond)
+	var at []time.Duration // the quiet reads' times after epoch0
+	for range 600 {        // 30 s
+		n := db.n.Load()
+		w.advance(50 * time.Millisecond)
+		if db.n.Load() != n {
+			at = append(at, w.now.Sub(epoch0))
+		}
+	}
+	if len(at) < 5 {
+		t.Fatalf("the quiet owner read the deadline index at %v in 30 s, want one per 5 s", at)
+	}
+	for _, d := range at {
+		if d%time.Second != 0 {
+			t.Fatalf("the quiet owner read the deadline index at %v after the epoch, want whole seconds (ScanInterval): all %v", d, at)
+		}
+	}
+}
+
 // expiresOnTime grants a 2 s lease with a key at granter, steps time with
 // step, and checks that owner expires it within 3 s.
 func expiresOnTime(t *testing.T, granter, owner *node, step func(total, by time.Duration)) {
