@@ -1168,6 +1168,17 @@ func (d *indexReads) awaitWake(t *testing.T, from int64) {
 	}
 }
 
+// expiresOnTime is expiresOnTime for a quiet owner, which the grant must
+// wake before time moves on.
+func (d *indexReads) expiresOnTime(t *testing.T, w *world, granter, owner *node) {
+	t.Helper()
+	woke := d.woke.Load()
+	expiresOnTime(t, granter, owner, func(total, by time.Duration) {
+		d.awaitWake(t, woke)
+		w.step(total, by)
+	})
+}
+
 func (d *indexReads) View(ctx context.Context, fn func(storage.ReadTx) error) error {
 	return d.DB.View(ctx, func(tx storage.ReadTx) error { return fn(indexReadTx{tx, &d.n}) })
 }
@@ -1205,11 +1216,7 @@ func TestQuietOwnerWaitsForNewLeases(t *testing.T) {
 	if n := db.n.Load() - before; n > 0 {
 		t.Fatalf("the owner read the deadline index %d times in 9 s without leases", n)
 	}
-	woke := db.woke.Load()
-	expiresOnTime(t, b, a, func(total, by time.Duration) {
-		db.awaitWake(t, woke)
-		w.step(total, by)
-	})
+	db.expiresOnTime(t, w, b, a)
 }
 
 // TestQuietOwnerKeepsItsWait: a quiet owner reads the deadline index at
@@ -1227,11 +1234,7 @@ func TestQuietOwnerKeepsItsWait(t *testing.T) {
 	if n := db.waits.Load(); n != 1 {
 		t.Fatalf("the quiet owner started %d waits for the wake key in 32 s, want 1 kept throughout", n)
 	}
-	woke := db.woke.Load()
-	expiresOnTime(t, a, a, func(total, by time.Duration) {
-		db.awaitWake(t, woke)
-		w.step(total, by)
-	})
+	db.expiresOnTime(t, w, a, a)
 }
 
 // TestQuietReadsOnWholeScanIntervals: a quiet owner's reads of the
