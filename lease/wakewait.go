@@ -34,8 +34,8 @@ func startWakeWait(ctx context.Context, db storage.DB, seen []byte) *wakeWait {
 	return w
 }
 
-// ended reports whether the wait ended by itself: the key changed, or the
-// wait failed.
+// ended reports whether the wait is over: the key changed, the wait
+// failed, or its context ended (Stop, or stop).
 func (w *wakeWait) ended() bool {
 	select {
 	case <-w.done:
