@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"bytes"
 	"context"
 
 	"github.com/fdb-etcd/fdb-etcd/storage"
@@ -47,7 +46,7 @@ func (w *wakeWait) ended() bool {
 
 // waits reports whether w still waits for a change from seen.
 func (w *wakeWait) waits(seen []byte) bool {
-	return !w.ended() && (w.seen == nil) == (seen == nil) && bytes.Equal(w.seen, seen)
+	return !w.ended() && storage.SameValue(w.seen, seen)
 }
 
 // stop ends the wait and joins its goroutine.

@@ -27,6 +27,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"time"
@@ -104,6 +105,13 @@ type DB interface {
 	// releases the backend. Calls after Close, and a second Close, fail with
 	// ErrClosed.
 	Close() error
+}
+
+// SameValue reports whether v is seen as WaitChange compares them: both
+// absent (nil), or both present with the same bytes. An empty value is
+// present: a key written empty has changed from absent.
+func SameValue(v, seen []byte) bool {
+	return (v == nil) == (seen == nil) && bytes.Equal(v, seen)
 }
 
 // Scanner is an optional ReadTx capability: visit a range in key order

@@ -3,7 +3,6 @@
 package fdb
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -220,7 +219,7 @@ func (d *DB) watchOnce(ctx context.Context, tr fdbgo.Transaction, key fdbgo.Key,
 	if err != nil {
 		return mapError(err)
 	}
-	if !sameValue(v, seen) {
+	if !storage.SameValue(v, seen) {
 		return nil
 	}
 	// The watch fires when the value differs from the one this transaction
@@ -248,8 +247,4 @@ func (d *DB) watchOnce(ctx context.Context, tr fdbgo.Transaction, key fdbgo.Key,
 		<-done
 		return storage.ErrClosed
 	}
-}
-
-func sameValue(v, seen []byte) bool {
-	return (v == nil) == (seen == nil) && bytes.Equal(v, seen)
 }

@@ -230,7 +230,7 @@ func (s *DB) waitOnce(ctx context.Context, key, seen []byte) (bool, error) {
 		return false, err
 	}
 	defer s.unwait(k, w)
-	if (v == nil) != (seen == nil) || !bytes.Equal(v, seen) {
+	if !storage.SameValue(v, seen) {
 		return true, nil
 	}
 	select {
