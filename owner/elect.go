@@ -19,19 +19,14 @@ import (
 // when a beat found a deposal mark or verifyEvery intervals have passed.
 func (e *Elector) tick() {
 	start := e.clock.Now()
+	gen, due := e.due(start)
+	if !due {
+		return
+	}
 	e.mu.Lock()
 	seen, held, rec := e.seen, e.held, e.rec
 	lapsed := seen != nil && start.Sub(e.seenAt) >= e.cfg.TTL
-	beaten := held != 0 && e.proc != nil && start.Sub(e.verifiedAt) < verifyEvery*e.cfg.RenewInterval
-	verified := e.verifiedGen
 	e.mu.Unlock()
-	var gen uint64
-	if e.proc != nil {
-		_, gen = e.proc.renewal()
-		if beaten && gen == verified {
-			return
-		}
-	}
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.TTL)
 	defer cancel()
 	a := &tickAttempt{e: e, held: held, lapsed: lapsed, seen: seen}
@@ -42,6 +37,23 @@ func (e *Elector) tick() {
 		return
 	}
 	e.observe(a.got, a.live, a.wrote != nil && bytes.Equal(a.got, a.wrote), gen, start, e.clock.Now())
+}
+
+// due says whether a tick at start has a transaction to run, and gives
+// the process's deposal generation before it (0 without a Process). An
+// owner whose process beats for it has none while no beat has found a
+// deposal mark since it last read its record and that read is under
+// verifyEvery intervals old.
+func (e *Elector) due(start time.Time) (gen uint64, due bool) {
+	if e.proc == nil {
+		return 0, true
+	}
+	e.mu.Lock()
+	beaten := e.held != 0 && start.Sub(e.verifiedAt) < verifyEvery*e.cfg.RenewInterval
+	verified := e.verifiedGen
+	e.mu.Unlock()
+	_, gen = e.proc.renewal()
+	return gen, !beaten || gen != verified
 }
 
 // tickAttempt is a tick's transaction: what it knew before (held, lapsed,

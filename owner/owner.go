@@ -61,7 +61,7 @@ type Config struct {
 	// Process, on a store that is a SharedUpdater, is the process this
 	// replica's keyspace shares its liveness with: its record then names
 	// the process and stands still while the process beats (Process).
-	// The Process's TTL and RenewInterval must be this Config's.
+	// The Process's TTL, RenewInterval and Clock must be this Config's.
 	Process *Process
 }
 
@@ -86,7 +86,8 @@ func (c *Config) defaults() {
 // (keys are read first, with theirs). A thousand keyspaces each renewing
 // in a transaction of its own were most of a process's CPU at rest. On
 // such a store the Elector ticks at multiples of RenewInterval on its
-// clock, so that the keyspaces' renewals of one interval arrive together.
+// clock (on its Process's loop, with one), so that the keyspaces'
+// renewals of one interval arrive together.
 type SharedUpdater interface {
 	// UpdateShared runs fn like Update, in a transaction it may share with
 	// other keyspaces': tx is on the keyspace's keys, outer on the
@@ -130,11 +131,14 @@ type Elector struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	stop   chan struct{}
-	done   chan struct{}
+	done   chan struct{} // closed when run returns (never, on a Process's loop)
 	once   sync.Once
 	// refresh asks the loop to read the record now (Refresh); it holds at
 	// most one request, so asking again before the read adds nothing.
 	refresh chan struct{}
+	// ticks counts the ticks the Process's loop started and that have not
+	// finished (ticks.go); Stop waits for them.
+	ticks sync.WaitGroup
 
 	mu      sync.Mutex
 	seen    []byte        // guarded by mu: the record's bytes as last read
@@ -143,6 +147,7 @@ type Elector struct {
 	held    uint64        // guarded by mu: the epoch this process holds, 0 if none
 	renewed time.Time     // guarded by mu: start of the last committed renewal
 	changed chan struct{} // guarded by mu: closed when held or the owner changes
+	stopped bool          // guarded by mu: Stop began; the Process's loop starts no tick
 	// proc beats for this keyspace while this replica holds it (nil
 	// without a Process or off a shared store).
 	proc *Process
@@ -169,7 +174,13 @@ func Start(db storage.DB, cfg Config) *Elector {
 		e.proc, e.id = cfg.Process, cfg.Process.ID()
 	}
 	e.tick()
-	go e.run()
+	if e.proc != nil {
+		// A thousand electors each on a timer of its own were a sixth of
+		// a process's CPU at rest: its loop ticks them all (ticks.go).
+		e.proc.join(e)
+	} else {
+		go e.run()
+	}
 	return e
 }
 
@@ -277,6 +288,9 @@ func (e *Elector) Refresh() {
 	case e.refresh <- struct{}{}:
 	default:
 	}
+	if e.proc != nil {
+		e.proc.wakeTicks()
+	}
 }
 
 // Changed returns a channel closed at the next change of the owner or of
@@ -312,7 +326,15 @@ func (e *Elector) Fence(tx storage.ReadTx, epoch uint64) error {
 func (e *Elector) Stop() {
 	e.once.Do(func() {
 		close(e.stop)
-		<-e.done
+		if e.proc != nil {
+			e.proc.leave(e)
+			e.mu.Lock()
+			e.stopped = true
+			e.mu.Unlock()
+			e.ticks.Wait()
+		} else {
+			<-e.done
+		}
 		e.cancel()
 		e.release()
 	})

@@ -44,10 +44,18 @@ type Process struct {
 	deposedKey []byte
 
 	stop chan struct{}
-	done chan struct{}
+	done chan struct{} // closed when the beats' loop returns
 	once sync.Once
 	ctx  context.Context
 	end  context.CancelFunc
+
+	// The electors that joined the process tick on its loop (ticks.go).
+	electorsMu sync.Mutex
+	electors   map[*Elector]struct{} // guarded by electorsMu
+	// wake asks the tick loop to run the ticks its electors' Refresh asked
+	// for; it holds at most one request.
+	wake      chan struct{}
+	ticksDone chan struct{} // closed when the tick loop returns
 
 	mu        sync.Mutex
 	next      uint64    // guarded by mu: the value the next beat writes
@@ -59,14 +67,17 @@ type Process struct {
 // StartProcess beats for a new process id in the shared store db (outside
 // any keyspace), at once and then every cfg.RenewInterval until Stop.
 // Electors join it through Config.Process; until its first beat commits,
-// their own takeovers are their renewals.
+// their own takeovers are their renewals. They tick on its loop until
+// they or it stop.
 func StartProcess(db storage.DB, cfg Config) *Process {
 	cfg.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Process{db: db, id: newID(), cfg: cfg, stop: make(chan struct{}), done: make(chan struct{}),
-		ctx: ctx, end: cancel, next: 1}
+		ctx: ctx, end: cancel, next: 1,
+		electors: make(map[*Elector]struct{}), wake: make(chan struct{}, 1), ticksDone: make(chan struct{})}
 	p.beatKey, p.deposedKey = keyspace.ProcessBeat(p.id), keyspace.ProcessDeposed(p.id)
 	go p.run()
+	go p.tickElectors()
 	return p
 }
 
@@ -136,6 +147,7 @@ func (p *Process) Stop() {
 	p.once.Do(func() {
 		close(p.stop)
 		<-p.done
+		<-p.ticksDone
 		p.end()
 		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.TTL)
 		defer cancel()

@@ -3,6 +3,7 @@ package owner
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,7 +90,7 @@ func (t *prefixTx) ClearRange(b, e []byte) { t.w.ClearRange(t.k(b), t.k(e)) }
 type proc struct {
 	p       *Process
 	clk     *fakeclock.Clock
-	loops   int // the goroutines asleep on clk between steps
+	loops   int // the goroutines asleep on clk between steps: the beats' and the ticks' loops
 	records atomic.Int64
 }
 
@@ -99,8 +100,8 @@ func startProc(t *testing.T, inner storage.DB, at time.Time) *proc {
 	p := StartProcess(inner, Config{TTL: ttl, RenewInterval: renew, Clock: clk,
 		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))})
 	t.Cleanup(p.Stop)
-	clk.BlockUntil(t, 1)
-	return &proc{p: p, clk: clk, loops: 1}
+	clk.BlockUntil(t, 2)
+	return &proc{p: p, clk: clk, loops: 2}
 }
 
 // keyspace is keyspace number n of inner, as pr sees it.
@@ -114,8 +115,7 @@ func (pr *proc) elect(t *testing.T, ks *keyspaceDB, n int) *Elector {
 	e := Start(ks, Config{URL: url(n), TTL: ttl, RenewInterval: renew, Clock: pr.clk, Process: pr.p,
 		Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))})
 	t.Cleanup(e.Stop)
-	pr.loops++
-	pr.clk.BlockUntil(t, pr.loops)
+	pr.clk.BlockUntil(t, pr.loops) // no loop of its own: it ticks on the process's
 	return e
 }
 
@@ -155,6 +155,34 @@ func TestProcessBeatsForItsKeyspaces(t *testing.T) {
 	}
 	if n := a.records.Load() + b.records.Load(); n != 0 {
 		t.Errorf("%d writes of ownership records while the owning process beat; want 0", n)
+	}
+}
+
+// TestElectorsTickOnTheProcess: an elector that joins a process ticks on
+// the process's loop and costs no goroutine of its own, and it still
+// keeps its keyspace (and another process's electors still follow it).
+func TestElectorsTickOnTheProcess(t *testing.T) {
+	const n = 50
+	inner := testdb.Open(t)
+	a := startProc(t, inner, t0)
+	b := startProc(t, inner, t0)
+	before := runtime.NumGoroutine()
+	var own, watch []*Elector
+	for i := range n {
+		own = append(own, a.elect(t, a.keyspace(inner, i), 1))
+		watch = append(watch, b.elect(t, b.keyspace(inner, i), 2))
+	}
+	if extra := runtime.NumGoroutine() - before; extra >= n {
+		t.Errorf("%d electors on two processes added %d goroutines; want none of their own", 2*n, extra)
+	}
+	advanceProcs(t, 2*ttl, a, b)
+	for i := range n {
+		if v := own[i].View(); !v.Held || v.Epoch != 1 {
+			t.Fatalf("keyspace %d's owner after %v: %+v, want holding epoch 1", i, 2*ttl, v)
+		}
+		if v := watch[i].View(); v.Held || v.ID != a.p.ID() {
+			t.Fatalf("keyspace %d's other replica: %+v, want a's record", i, v)
+		}
 	}
 }
 
@@ -254,7 +282,7 @@ func TestStoppedProcessLetsGo(t *testing.T) {
 		t.Fatalf("with the process beating: %+v, want holding", v)
 	}
 	a.p.Stop()
-	a.loops--
+	a.loops = 0
 	advanceProcs(t, ttl, a)
 	if v := e.View(); v.Held {
 		t.Fatalf("%v after the process's last beat: %+v, want not holding", ttl, v)

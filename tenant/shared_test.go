@@ -230,13 +230,14 @@ func TestProcessBeatRenewsRunningTenants(t *testing.T) {
 	dbs, counted, reg := sharedTenants(t, tenants, 0)
 	clk := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	cfg := owner.Config{TTL: 4 * renew, RenewInterval: renew, Clock: clk}
-	// b, another process, has its own queue of shared transactions.
-	bCounted := &countedDB{DB: counted.DB}
+	// b, another process, has its own queue of shared transactions, whose
+	// transactions take long enough for an interval's reads to meet.
+	bCounted := &countedDB{DB: counted.DB, hold: 20 * time.Millisecond}
 	bShared := newSharedUpdates(bCounted)
 	a, b := owner.StartProcess(counted, cfg), owner.StartProcess(bCounted, cfg)
 	t.Cleanup(a.Stop)
 	t.Cleanup(b.Stop)
-	loops := 2
+	loops := 4 // each process's beats and ticks; the electors tick on them
 	clk.BlockUntil(t, loops)
 	owners, others := make([]*owner.Elector, tenants), make([]*owner.Elector, tenants)
 	for i, db := range dbs {
@@ -250,10 +251,10 @@ func TestProcessBeatRenewsRunningTenants(t *testing.T) {
 		cfg.Process, cfg.URL = b, "http://b"
 		others[i] = owner.Start(newDB(bCounted, rec.ID, Quotas{}, bShared), cfg)
 		t.Cleanup(others[i].Stop)
-		loops += 2
 		clk.BlockUntil(t, loops)
 	}
 	counted.updates.Store(0)
+	bCounted.updates.Store(0)
 	for range intervals {
 		clk.Advance(renew)
 		clk.BlockUntil(t, loops)
@@ -261,6 +262,13 @@ func TestProcessBeatRenewsRunningTenants(t *testing.T) {
 	if n := counted.updates.Load(); n > intervals {
 		t.Errorf("the owner of %d tenants ran %d transactions over %d intervals; want its beats alone (%d)",
 			tenants, n, intervals, intervals)
+	}
+	// b's electors read every interval, together: its beat and a few
+	// shared transactions per interval (the first reader's, then the
+	// rest's), not one per tenant.
+	if n := bCounted.updates.Load(); n > 5*intervals {
+		t.Errorf("the other process ran %d transactions over %d intervals for %d tenants; want at most %d",
+			n, intervals, tenants, 5*intervals)
 	}
 	for i, e := range owners {
 		if v := e.View(); !v.Held || v.Epoch != 1 || v.ID != a.ID() {

@@ -1,0 +1,114 @@
+package owner
+
+import (
+	"sync"
+	"time"
+)
+
+// A process's electors tick on one loop of the process rather than each on
+// a timer and goroutine of its own. Their ticks fall on the same instants
+// either way (multiples of RenewInterval, so that their reads meet in the
+// store's shared transactions), but a thousand electors each woken every
+// interval, most of them to find that their process's beat renews them and
+// there is nothing to read, were a sixth of a process's CPU at rest on
+// FoundationDB. The loop asks each elector whether it has a read to do
+// (Elector.due) and starts a goroutine for those that have, which it waits
+// for before it sleeps again, so an interval's reads still arrive together.
+
+// join adds e to the electors the loop ticks.
+func (p *Process) join(e *Elector) {
+	p.electorsMu.Lock()
+	defer p.electorsMu.Unlock()
+	p.electors[e] = struct{}{}
+}
+
+// leave removes e; a tick of e the loop already started may still run
+// (Elector.Stop waits for it).
+func (p *Process) leave(e *Elector) {
+	p.electorsMu.Lock()
+	defer p.electorsMu.Unlock()
+	delete(p.electors, e)
+}
+
+// wakeTicks asks the loop for the ticks its electors' Refresh asked for.
+func (p *Process) wakeTicks() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// tickElectors is the loop: at every multiple of RenewInterval it ticks
+// every elector, and in between, at most refreshGap times an interval, the
+// electors that asked to read their record (Refresh).
+func (p *Process) tickElectors() {
+	defer close(p.ticksDone)
+	clk, iv := p.cfg.Clock, p.cfg.RenewInterval
+	last := clk.Now()
+	for {
+		next := last.Truncate(iv).Add(iv)
+		clk.Sleep(next.Sub(clk.Now()), p.stop, p.wake)
+		// Refreshes come from writes, thousands a second while an owner is
+		// unreachable: the loop wakes for them at most every refreshGap.
+		if wait := iv/refreshGap - clk.Now().Sub(last); wait > 0 {
+			clk.Sleep(wait, p.stop, nil)
+		}
+		select {
+		case <-p.stop:
+			return
+		default:
+		}
+		select {
+		case <-p.wake: // asked for before this round: this round serves it
+		default:
+		}
+		last = clk.Now()
+		p.tickRound(!last.Before(next), last)
+	}
+}
+
+// tickRound runs the ticks due now, every elector's (all) or only those
+// that asked to read, concurrently, and returns when they are done.
+func (p *Process) tickRound(all bool, now time.Time) {
+	p.electorsMu.Lock()
+	es := make([]*Elector, 0, len(p.electors))
+	for e := range p.electors {
+		es = append(es, e)
+	}
+	p.electorsMu.Unlock()
+	var wg sync.WaitGroup
+	for _, e := range es {
+		if e.claimTick(all, now) {
+			wg.Go(func() {
+				defer e.ticks.Done()
+				e.tick()
+			})
+		}
+	}
+	wg.Wait()
+}
+
+// claimTick says whether the loop should tick e now: on every round of
+// all or when e asked to read (Refresh), if it has a read to do and is not
+// stopping. A claimed tick is counted in e.ticks.
+func (e *Elector) claimTick(all bool, now time.Time) bool {
+	asked := false
+	select {
+	case <-e.refresh:
+		asked = true
+	default:
+	}
+	if !all && !asked {
+		return false
+	}
+	if _, due := e.due(now); !due {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return false
+	}
+	e.ticks.Add(1)
+	return true
+}
