@@ -175,8 +175,8 @@ func Start(db storage.DB, cfg Config) *Elector {
 	}
 	e.tick()
 	if e.proc != nil {
-		// A thousand electors each on a timer of its own were a sixth of
-		// a process's CPU at rest: its loop ticks them all (ticks.go).
+		// No timer and goroutine of its own: the process's loop ticks
+		// all its electors (ticks.go).
 		e.proc.join(e)
 	} else {
 		go e.run()

@@ -10,8 +10,9 @@ import (
 // either way (multiples of RenewInterval, so that their reads meet in the
 // store's shared transactions), but a thousand electors each woken every
 // interval, most of them to find that their process's beat renews them and
-// there is nothing to read, were a sixth of a process's CPU at rest on
-// FoundationDB. The loop asks each elector whether it has a read to do
+// there is nothing to read, were 17 % of a FoundationDB process's CPU
+// profile at rest, and on Pebble 1.8 % of a core against 1.1 % on this
+// loop (1,000 quiet tenants, tenant's BenchmarkQuietTenants). The loop asks each elector whether it has a read to do
 // (Elector.due) and starts a goroutine for those that have, which it waits
 // for before it sleeps again, so an interval's reads still arrive together.
 
