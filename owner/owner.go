@@ -147,7 +147,6 @@ type Elector struct {
 	held    uint64        // guarded by mu: the epoch this process holds, 0 if none
 	renewed time.Time     // guarded by mu: start of the last committed renewal
 	changed chan struct{} // guarded by mu: closed when held or the owner changes
-	stopped bool          // guarded by mu: Stop began; the Process's loop starts no tick
 	// proc beats for this keyspace while this replica holds it (nil
 	// without a Process or off a shared store).
 	proc *Process
@@ -204,37 +203,53 @@ func (e *Elector) run() {
 	defer close(e.done)
 	last := e.clock.Now()
 	for {
-		e.clock.Sleep(e.untilTick(last), e.stop, e.refresh)
-		// Refreshes come from writes, thousands a second while an owner is
-		// unreachable: they read the record at most every refreshGap.
-		if wait := e.cfg.RenewInterval/refreshGap - e.clock.Now().Sub(last); wait > 0 {
-			e.clock.Sleep(wait, e.stop, nil)
-		}
-		select {
-		case <-e.stop:
+		var ok bool
+		if last, ok = pace(e.clock, e.cfg.RenewInterval, last, e.untilTick(last), e.stop, e.refresh); !ok {
 			return
-		default:
 		}
-		select {
-		case <-e.refresh: // a read asked for before this one: this one serves it
-		default:
-		}
-		last = e.clock.Now()
 		e.tick()
 	}
 }
 
+// pace waits for a loop's next round, the last one having started at
+// last: until due (from now), or sooner when wake holds a request, but
+// never less than interval/refreshGap after last. Refreshes come from
+// writes, thousands a second while an owner is unreachable: they start a
+// round at most every refreshGap. It returns the new round's start, which
+// serves any request on wake made before it, and false once stop is
+// closed.
+func pace(clk clock.Clock, interval time.Duration, last time.Time, due time.Duration, stop <-chan struct{}, wake chan struct{}) (time.Time, bool) {
+	clk.Sleep(due, stop, wake)
+	if wait := interval/refreshGap - clk.Now().Sub(last); wait > 0 {
+		clk.Sleep(wait, stop, nil)
+	}
+	select {
+	case <-stop:
+		return time.Time{}, false
+	default:
+	}
+	select {
+	case <-wake:
+	default:
+	}
+	return clk.Now(), true
+}
+
 // untilTick is how long after now the next tick is due, the last one
 // having started at last: RenewInterval after it, or, on a shared store, at
-// the first multiple of RenewInterval after it (the instant is the same
-// for every keyspace of the process, and of any process whose clock
-// agrees).
+// the first multiple of RenewInterval after it (alignedAfter).
 func (e *Elector) untilTick(last time.Time) time.Duration {
 	if e.shared == nil {
 		return e.cfg.RenewInterval - e.clock.Now().Sub(last)
 	}
-	next := last.Truncate(e.cfg.RenewInterval).Add(e.cfg.RenewInterval)
-	return next.Sub(e.clock.Now())
+	return alignedAfter(last, e.cfg.RenewInterval).Sub(e.clock.Now())
+}
+
+// alignedAfter is the first multiple of interval after last: the same
+// instant for every keyspace of the process, and of any process whose
+// clock agrees.
+func alignedAfter(last time.Time, interval time.Duration) time.Time {
+	return last.Truncate(interval).Add(interval)
 }
 
 // update runs a tick's transaction: in a shared transaction on a shared
@@ -327,10 +342,7 @@ func (e *Elector) Stop() {
 	e.once.Do(func() {
 		close(e.stop)
 		if e.proc != nil {
-			e.proc.leave(e)
-			e.mu.Lock()
-			e.stopped = true
-			e.mu.Unlock()
+			e.proc.leave(e) // no tick of e starts after it
 			e.ticks.Wait()
 		} else {
 			<-e.done

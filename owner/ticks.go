@@ -29,7 +29,8 @@ func (p *Process) join(e *Elector) {
 	p.electors[e] = struct{}{}
 }
 
-// leave removes e; a tick of e the loop already started may still run
+// leave removes e. The loop claims ticks under electorsMu, so none of e
+// starts after leave returns; one already started may still run
 // (Elector.Stop waits for it).
 func (p *Process) leave(e *Elector) {
 	p.electorsMu.Lock()
@@ -53,23 +54,11 @@ func (p *Process) tickElectors() {
 	clk, iv := p.cfg.Clock, p.cfg.RenewInterval
 	last := clk.Now()
 	for {
-		next := last.Truncate(iv).Add(iv)
-		clk.Sleep(next.Sub(clk.Now()), p.stop, p.wake)
-		// Refreshes come from writes, thousands a second while an owner is
-		// unreachable: the loop wakes for them at most every refreshGap.
-		if wait := iv/refreshGap - clk.Now().Sub(last); wait > 0 {
-			clk.Sleep(wait, p.stop, nil)
-		}
-		select {
-		case <-p.stop:
+		next := alignedAfter(last, iv)
+		var ok bool
+		if last, ok = pace(clk, iv, last, next.Sub(clk.Now()), p.stop, p.wake); !ok {
 			return
-		default:
 		}
-		select {
-		case <-p.wake: // asked for before this round: this round serves it
-		default:
-		}
-		last = clk.Now()
 		p.tickRound(!last.Before(next), last)
 	}
 }
@@ -77,14 +66,9 @@ func (p *Process) tickElectors() {
 // tickRound runs the ticks due now, every elector's (all) or only those
 // that asked to read, concurrently, and returns when they are done.
 func (p *Process) tickRound(all bool, now time.Time) {
-	p.electorsMu.Lock()
-	es := make([]*Elector, 0, len(p.electors))
-	for e := range p.electors {
-		es = append(es, e)
-	}
-	p.electorsMu.Unlock()
 	var wg sync.WaitGroup
-	for _, e := range es {
+	p.electorsMu.Lock()
+	for e := range p.electors {
 		if e.claimTick(all, now) {
 			wg.Go(func() {
 				defer e.ticks.Done()
@@ -92,12 +76,13 @@ func (p *Process) tickRound(all bool, now time.Time) {
 			})
 		}
 	}
+	p.electorsMu.Unlock()
 	wg.Wait()
 }
 
 // claimTick says whether the loop should tick e now: on every round of
-// all or when e asked to read (Refresh), if it has a read to do and is not
-// stopping. A claimed tick is counted in e.ticks.
+// all or when e asked to read (Refresh), if it has a read to do. A claimed
+// tick is counted in e.ticks. Called with the process's electorsMu held.
 func (e *Elector) claimTick(all bool, now time.Time) bool {
 	asked := false
 	select {
@@ -109,11 +94,6 @@ func (e *Elector) claimTick(all bool, now time.Time) bool {
 		return false
 	}
 	if _, due := e.due(now); !due {
-		return false
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.stopped {
 		return false
 	}
 	e.ticks.Add(1)
